@@ -1,0 +1,2 @@
+"""Patch families. Importing this package registers every family."""
+from . import conv  # noqa: F401

@@ -1,0 +1,84 @@
+"""``conv_padding``: string padding in convolutions as explicit pads.
+
+Acts under the TorchScript exporter only. There, ``padding="same"|"valid"``
+becomes ``Conv(auto_pad=...)``: deprecated in the ONNX spec, refused by ONNX
+Runtime when dilation > 1, and not exportable at all on torch 2.0
+(``aten::_convolution_mode``). The dynamo exporter already writes explicit,
+asymmetric-capable ``pads``, so it is left alone.
+
+``nn.Conv1d/2d/3d`` call ``F.convNd`` through the module attribute, so wrapping
+the functionals covers the modules too. ``padding_mode != "zeros"`` never
+reaches here with a string: the module pre-pads and passes 0.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ..padding import as_tuple, f_pad_arg, is_symmetric, same_pads, symmetric_padding
+from ..registry import Patch, register
+
+_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+
+def _bind(args, kwargs):
+    if len(args) > len(_PARAMS):
+        return None
+    bound = dict(_DEFAULTS)
+    bound.update(zip(_PARAMS, args))
+    for key, value in kwargs.items():
+        if key not in _PARAMS or key in bound and _PARAMS.index(key) < len(args):
+            return None  # let the original raise its own error
+        bound[key] = value
+    if "input" not in bound or "weight" not in bound:
+        return None
+    return bound
+
+
+def _static_kernel(weight):
+    """The kernel size as ints. While tracing, sizes are tensors and ``int()``
+    warns of a baked constant; the pads ONNX Conv takes are static anyway, just
+    as PyTorch derives "same" from the weight's shape."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return tuple(int(k) for k in weight.shape[2:])
+
+
+def explicit_conv(wrapped, instance, args, kwargs):
+    """Call ``wrapped`` (an ``F.convNd``) with string padding made explicit."""
+    b = _bind(args, kwargs)
+    if b is None or not isinstance(b["padding"], str):
+        return wrapped(*args, **kwargs)
+    weight = b["weight"]
+    ndim = weight.dim() - 2
+    try:
+        stride = as_tuple(b["stride"], ndim)
+        dilation = as_tuple(b["dilation"], ndim)
+    except (TypeError, ValueError):
+        return wrapped(*args, **kwargs)
+    x, padding = b["input"], b["padding"]
+    if padding == "valid":
+        padding = 0
+    elif padding == "same" and all(s == 1 for s in stride):
+        pads = same_pads(_static_kernel(weight), dilation, ndim)
+        if is_symmetric(pads):
+            padding = symmetric_padding(pads)
+        else:
+            x = F.pad(x, f_pad_arg(pads), mode="constant", value=0.0)
+            padding = 0
+    else:
+        return wrapped(*args, **kwargs)  # PyTorch's own error (bad string, strided "same")
+    return wrapped(x, weight, b["bias"], stride, padding, dilation, b["groups"])
+
+
+register(Patch(
+    name="conv_padding",
+    description='Conv1d/2d/3d and F.conv1d/2d/3d with padding="same"/"valid" export as explicit pads '
+                "(no auto_pad; dilation works in ONNX Runtime; torch 2.0 can export them)",
+    targets=tuple(f"{mod}:conv{n}d" for n in (1, 2, 3) for mod in ("torch.nn.functional", "torch")),
+    wrapper=explicit_conv,
+    when="torchscript",
+))

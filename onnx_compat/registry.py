@@ -1,0 +1,279 @@
+"""The patch registry and ``patched()``.
+
+A patch declares what it replaces and when it acts; this module does all the
+swapping and restoring, so no patch touches ``setattr`` itself. Every
+replacement is a ``wrapt.FunctionWrapper`` around the object found at entry:
+``__wrapped__``, name and docs stay intact, and outside its moment (``when``)
+the wrapper calls straight through, so eager code is unchanged.
+
+``patched()`` may be nested and used from several threads: each patch is
+applied on the first entry that selects it and restored on the last exit (a
+reference count under one lock). Restoring puts back the very objects that
+were there at entry.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import wrapt
+
+from . import flags
+from .changes import Changes
+
+Wrapper = Callable  # (wrapped, instance, args, kwargs) -> result
+
+
+@dataclass
+class Patch:
+    """One swap: ``targets`` ("module:attr.path") are wrapped by ``wrapper``.
+
+    ``wrapper(wrapped, instance, args, kwargs)`` runs only while ``when`` holds
+    (a key of ``flags.WHEN``); otherwise the original is called unchanged.
+    ``optional`` targets may be missing from older torch versions.
+    ``aliases``: also rebind module-level aliases of the targets in loaded
+    non-torch modules (``from torch.nn.functional import conv1d``).
+    """
+
+    name: str
+    description: str
+    targets: Sequence[str]
+    wrapper: Wrapper
+    when: str = "export"
+    optional: Sequence[str] = ()
+    aliases: bool = True
+    # runtime state, owned by the registry
+    _count: int = field(default=0, repr=False)
+    _changes: Optional[Changes] = field(default=None, repr=False)
+    _script_ids: List[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.when not in flags.WHEN:
+            raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(flags.WHEN)}")
+        self._active = flags.WHEN[self.when]
+
+    def missing(self) -> List[str]:
+        """Required targets this torch does not have."""
+        return [t for t in self.targets if t not in self.optional and _resolve(t) is None]
+
+    def gate(self, wrapped, instance, args, kwargs):
+        if self._count and self._active():
+            return self.wrapper(wrapped, instance, args, kwargs)
+        return wrapped(*args, **kwargs)
+
+
+_REGISTRY: Dict[str, Patch] = {}
+_LOCK = threading.RLock()
+
+
+def register(patch: Patch) -> Patch:
+    """Add ``patch``; names and targets must be unique across the registry."""
+    with _LOCK:
+        if patch.name in _REGISTRY:
+            raise ValueError(f"a patch named {patch.name!r} is already registered")
+        for other in _REGISTRY.values():
+            shared = set(other.targets) & set(patch.targets)
+            if shared:
+                raise ValueError(f"patches {other.name!r} and {patch.name!r} both target {sorted(shared)}")
+        _REGISTRY[patch.name] = patch
+    return patch
+
+
+def available_patches() -> Dict[str, str]:
+    """Name -> one-line description of every patch this torch supports."""
+    _load_families()
+    return {name: p.description for name, p in _REGISTRY.items() if not p.missing()}
+
+
+def applied_patches() -> List[str]:
+    """Names of the patches in place right now."""
+    return [name for name, p in _REGISTRY.items() if p._count]
+
+
+def _load_families() -> None:
+    importlib.import_module(__package__ + ".patches")
+
+
+def _resolve(target: str):
+    """``(owner, attr)`` for "module:attr.path", or None when it does not exist."""
+    module_name, _, path = target.partition(":")
+    try:
+        owner = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    *parents, attr = path.split(".")
+    for part in parents:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return None
+    if not hasattr(owner, attr):
+        return None
+    return owner, attr
+
+
+def _own_value(owner, attr):
+    own = getattr(owner, "__dict__", {})
+    return own[attr] if attr in own else getattr(owner, attr)
+
+
+def _skip_for_aliases(module_name: str) -> bool:
+    return module_name == "torch" or module_name.startswith(("torch.", __package__ + "."))
+
+
+def _apply(patch: Patch) -> None:
+    changes = Changes()
+    proxies: Dict[int, object] = {}
+    try:
+        for target in patch.targets:
+            found = _resolve(target)
+            if found is None:
+                continue  # optional and absent here (missing() was checked)
+            owner, attr = found
+            original = _own_value(owner, attr)
+            if id(original) not in proxies:
+                proxies[id(original)] = (original, wrapt.FunctionWrapper(original, patch.gate))
+            changes.setattr(owner, attr, proxies[id(original)][1])
+        if patch.aliases:
+            _rebind_aliases(changes, proxies)
+        patch._script_ids = _register_for_script(proxies.values())
+    except BaseException:
+        changes.undo()
+        raise
+    patch._changes = changes
+
+
+def _rebind_aliases(changes: Changes, proxies: Dict[int, Tuple[object, object]]) -> None:
+    for module_name, module in list(sys.modules.items()):
+        if module is None or _skip_for_aliases(module_name):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for key, value in list(namespace.items()):
+            hit = proxies.get(id(value))
+            if hit is not None and hit[0] is value:
+                changes.setattr(module, key, hit[1])
+
+
+def _script_table():
+    try:
+        from torch.jit import _builtins
+        return _builtins._get_builtin_table(), _builtins._find_builtin
+    except (ImportError, AttributeError):
+        return None, None
+
+
+def _register_for_script(pairs: Iterable[Tuple[object, object]]) -> List[int]:
+    """Let ``torch.jit.script`` compile a proxy as the aten op it wraps.
+
+    The script compiler recognises builtins by identity; without this, a
+    proxy in place of ``F.conv1d`` makes it try to compile the proxy as Python.
+    """
+    table, find = _script_table()
+    if table is None:
+        return []
+    ids = []
+    for original, proxy in pairs:
+        op = find(original)
+        if op is not None:
+            table[id(proxy)] = op
+            ids.append(id(proxy))
+    return ids
+
+
+def _restore(patch: Patch) -> None:
+    table, _ = _script_table()
+    if table is not None:
+        for proxy_id in patch._script_ids:
+            table.pop(proxy_id, None)
+    patch._script_ids = []
+    changes, patch._changes = patch._changes, None
+    if changes is not None:
+        changes.undo()
+
+
+def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Tuple[str, ...]:
+    _load_families()
+    if isinstance(only, str) or isinstance(exclude, str):
+        raise TypeError("only= and exclude= take a list of patch names, not a string")
+    only = None if only is None else list(only)
+    known = list(_REGISTRY)
+    for arg, names in (("only", only), ("exclude", exclude)):
+        unknown = [n for n in (names or ()) if n not in _REGISTRY]
+        if unknown:
+            raise ValueError(f"patched({arg}=...): unknown patch name(s) {unknown}; known: {known}")
+    if only is not None:
+        chosen = [n for n in known if n in set(only)]
+        for name in chosen:
+            missing = _REGISTRY[name].missing()
+            if missing:
+                raise RuntimeError(f"patch {name!r} is not available with this torch: it lacks {missing}")
+    else:
+        chosen = [n for n in known if not _REGISTRY[n].missing()]
+    drop = set(exclude or ())
+    return tuple(n for n in chosen if n not in drop)
+
+
+def _acquire(names: Sequence[str]) -> None:
+    with _LOCK:
+        done: List[str] = []
+        try:
+            for name in names:
+                patch = _REGISTRY[name]
+                if patch._count == 0:
+                    _apply(patch)
+                patch._count += 1
+                done.append(name)
+        except BaseException:
+            _release(done)
+            raise
+
+
+def _release(names: Sequence[str]) -> None:
+    with _LOCK:
+        errors = []
+        for name in reversed(names):
+            patch = _REGISTRY[name]
+            patch._count -= 1
+            if patch._count == 0:
+                try:
+                    _restore(patch)
+                except Exception as exc:
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+class patched(contextlib.ContextDecorator):
+    """Swap in the export-friendly patches while the block (or function) runs.
+
+    ``only``/``exclude`` pick patches by name (see ``available_patches()``).
+    ``during_trace=True`` also acts inside a plain ``torch.jit.trace``, for
+    pipelines that trace first and export the traced module later.
+    """
+
+    def __init__(self, only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None,
+                 during_trace: bool = False) -> None:
+        self.names = _select(only, exclude)
+        self.during_trace = bool(during_trace)
+
+    def __enter__(self) -> "patched":
+        _acquire(self.names)
+        if self.during_trace:
+            flags.request_trace(+1)
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        try:
+            if self.during_trace:
+                flags.request_trace(-1)
+        finally:
+            _release(self.names)
+        return False
+
+    def __repr__(self) -> str:
+        return f"patched(only={list(self.names)}, during_trace={self.during_trace})"
