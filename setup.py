@@ -1,0 +1,23 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="onnx_compat",
+    version="0.1.0",
+    description="Unmodified PyTorch models that export cleanly to ONNX, with proof.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["onnx_compat", "onnx_compat.*"]),
+    install_requires=[
+        "torch>=2.0",
+        "onnx",
+        "onnxruntime",
+        "onnxscript",
+        "numpy",
+        "wrapt",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-xdist", "hypothesis"],
+    },
+    entry_points={"console_scripts": ["onnx-compat=onnx_compat.cli:main"]},
+)

@@ -1,0 +1,66 @@
+"""Export with either exporter and compare ONNX Runtime with eager PyTorch."""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+_EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
+HAS_DYNAMO = "dynamo" in _EXPORT_PARAMS and "dynamic_shapes" in _EXPORT_PARAMS
+EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
+
+
+def export(model, args, exporter, dynamic, names=None):
+    """ONNX ModelProto of ``model`` at example ``args``.
+
+    ``dynamic`` maps each input index to ``{axis: name}``; ``names`` are the
+    input names (default x0, x1, ...).
+    """
+    names = names or [f"x{i}" for i in range(len(args))]
+    model.eval()
+    if exporter == "torchscript":
+        buf = io.BytesIO()
+        kw = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, tuple(args), buf, input_names=names, output_names=["y"],
+                              dynamic_axes={names[i]: axes for i, axes in dynamic.items()}, **kw)
+        return onnx.load_from_string(buf.getvalue())
+    shapes = []
+    for i in range(len(args)):
+        axes = dynamic.get(i, {})
+        shapes.append({a: torch.export.Dim(n, min=1, max=4096) for a, n in axes.items()} or None)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(model, tuple(args), dynamo=True, dynamic_shapes=tuple(shapes),
+                                 input_names=names, output_names=["y"], verbose=False)
+    return prog.model_proto
+
+
+def run(proto, *inputs):
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.asarray(x) for i, x in zip(sess.get_inputs(), inputs)}
+    return sess.run(None, feeds)
+
+
+def assert_matches(proto, model, *inputs, atol=1e-4, rtol=1e-3):
+    """ORT output equals eager output of ``model`` (run outside any patch)."""
+    with torch.no_grad():
+        expected = model(*[torch.as_tensor(x) for x in inputs])
+    got = run(proto, *[x.numpy() for x in inputs])[0]
+    expected = expected.numpy()
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    assert np.std(expected) > 1e-6, "degenerate reference output"
+    np.testing.assert_allclose(got, expected, atol=atol, rtol=rtol)
+
+
+def auto_pads(proto):
+    """Conv nodes that still use the deprecated auto_pad attribute."""
+    return [n.name for n in proto.graph.node if n.op_type == "Conv"
+            and any(a.name == "auto_pad" and a.s not in (b"", b"NOTSET") for a in n.attribute)]

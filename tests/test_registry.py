@@ -1,0 +1,256 @@
+"""patched(): exact restore, nesting, threads, selection, aliases, trace and script."""
+import sys
+import threading
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+import wrapt
+
+import onnx_compat
+from onnx_compat import registry
+from onnx_compat.changes import Changes
+from onnx_compat.registry import Patch
+
+from helpers import auto_pads, export
+
+
+def _snapshot():
+    """Every registered target's current object."""
+    registry._load_families()
+    out = {}
+    for patch in registry._REGISTRY.values():
+        for target in patch.targets:
+            found = registry._resolve(target)
+            if found:
+                out[target] = getattr(*found)
+    return out
+
+
+def _is_patched():
+    return isinstance(F.conv1d, wrapt.FunctionWrapper)
+
+
+def test_available_patches_lists_conv_padding():
+    patches = onnx_compat.available_patches()
+    assert "conv_padding" in patches
+    assert all(isinstance(d, str) and d and "\n" not in d for d in patches.values())
+
+
+def test_restored_to_the_very_objects_after_exit():
+    before = _snapshot()
+    with onnx_compat.patched():
+        assert _is_patched()
+        during = _snapshot()
+        assert all(during[k] is not before[k] for k in before)
+    after = _snapshot()
+    assert all(after[k] is before[k] for k in before)
+    assert registry.applied_patches() == []
+
+
+def test_restored_after_an_exception():
+    before = _snapshot()
+    with pytest.raises(KeyError):
+        with onnx_compat.patched():
+            raise KeyError("boom")
+    assert all(_snapshot()[k] is v for k, v in before.items())
+
+
+def test_restore_targets_what_was_there_at_entry(monkeypatch):
+    ctx = onnx_compat.patched()          # built before the user swaps in their own conv
+    mine = lambda *a, **k: "mine"        # noqa: E731
+    monkeypatch.setattr(F, "conv1d", mine)
+    with ctx:
+        assert F.conv1d.__wrapped__ is mine
+    assert F.conv1d is mine
+
+
+def test_decorator_form():
+    @onnx_compat.patched()
+    def inside():
+        return _is_patched()
+
+    assert inside() and inside()
+    assert not _is_patched()
+
+
+def test_nested_keeps_patches_until_the_outer_exit():
+    with onnx_compat.patched():
+        proxy = F.conv1d
+        with onnx_compat.patched():
+            assert F.conv1d is proxy     # not wrapped twice
+        assert F.conv1d is proxy
+    assert not _is_patched()
+
+
+def test_threads_patch_on_first_entry_and_restore_on_last_exit():
+    before = _snapshot()
+    barrier = threading.Barrier(8)
+    seen, errors = [], []
+
+    def worker():
+        try:
+            with onnx_compat.patched():
+                barrier.wait(timeout=20)
+                seen.append(_is_patched())
+                barrier.wait(timeout=20)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and seen == [True] * 8
+    assert all(_snapshot()[k] is v for k, v in before.items())
+
+
+def test_only_exclude_and_unknown_names():
+    assert onnx_compat.patched(only=["conv_padding"]).names == ("conv_padding",)
+    assert "conv_padding" not in onnx_compat.patched(exclude=["conv_padding"]).names
+    with pytest.raises(ValueError, match="conv_paddin'"):
+        onnx_compat.patched(only=["conv_paddin"])
+    with pytest.raises(ValueError, match="nope"):
+        onnx_compat.patched(exclude=["nope"])
+    with pytest.raises(TypeError, match="list"):
+        onnx_compat.patched(only="conv_padding")
+    with onnx_compat.patched(exclude=["conv_padding"]):
+        assert not _is_patched()
+
+
+def test_wrappers_are_transparent():
+    original = F.conv2d
+    with onnx_compat.patched():
+        assert F.conv2d.__wrapped__ is original
+        assert F.conv2d.__name__ == original.__name__
+        assert F.conv2d.__doc__ == original.__doc__
+        assert torch.conv2d is F.conv2d   # one proxy for one object
+
+
+def test_eager_forward_is_bit_identical_inside():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 4, padding="same", dilation=3),
+                                torch.nn.Conv1d(4, 4, 3, padding="valid")).eval()
+    x = torch.randn(2, 3, 31)
+    outside = model(x)
+    with onnx_compat.patched():
+        inside = model(x)
+    assert torch.equal(inside, outside)
+
+
+def test_aliases_in_user_modules_are_rebound_and_restored():
+    mod = types.ModuleType("user_model_with_alias")
+    exec("from torch.nn.functional import conv1d\n"
+         "def same(x, w):\n    return conv1d(x, w, padding='same', dilation=2)\n", mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    try:
+        original = mod.conv1d
+        with onnx_compat.patched():
+            assert mod.conv1d is F.conv1d and mod.conv1d is not original
+        assert mod.conv1d is original
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.randn(4, 3, 4))
+
+            def forward(self, x):
+                return mod.same(x, self.w)
+
+        with onnx_compat.patched():
+            proto = export(M(), (torch.randn(2, 3, 20),), "torchscript", {0: {0: "B", 2: "T"}})
+        assert auto_pads(proto) == []
+    finally:
+        del sys.modules[mod.__name__]
+
+
+def test_alias_limit_closures_are_not_rebound():
+    """Documented limit: only module globals are rebound, not captured references."""
+    def make():
+        fn = F.conv1d
+        return lambda: fn
+    captured = make()
+    with onnx_compat.patched():
+        assert captured() is not F.conv1d
+
+
+def test_a_proxy_kept_after_exit_is_inert():
+    with onnx_compat.patched():
+        leaked = F.conv1d
+    w = torch.randn(4, 3, 3)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return leaked(x, w, padding="same")
+
+    proto = export(M(), (torch.randn(2, 3, 20),), "torchscript", {0: {0: "B", 2: "T"}})
+    assert auto_pads(proto), "an unpatched export keeps auto_pad; the leaked proxy must not act"
+
+
+def _trace_graph(during_trace):
+    model = torch.nn.Conv1d(3, 4, 4, padding="same", dilation=3).eval()  # asymmetric: (4, 5)
+    with onnx_compat.patched(during_trace=during_trace):
+        traced = torch.jit.trace(model, (torch.randn(2, 3, 20),))
+    return str(traced.inlined_graph)
+
+
+def test_during_trace_acts_inside_plain_jit_trace():
+    assert "_convolution_mode" in _trace_graph(False)
+    graph = _trace_graph(True)
+    assert "_convolution_mode" not in graph
+    assert "aten::pad" in graph or "constant_pad_nd" in graph
+
+
+def test_jit_script_while_patched():
+    model = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 5, padding="same"), torch.nn.ReLU()).eval()
+
+    def fn(x, w):
+        return F.conv2d(x, w, padding="same")
+
+    with onnx_compat.patched():
+        scripted = torch.jit.script(model)
+        scripted_fn = torch.jit.script(fn)
+    x = torch.randn(1, 3, 17)
+    assert torch.equal(scripted(x), model(x))
+    x2, w2 = torch.randn(1, 2, 6, 7), torch.randn(3, 2, 3, 3)
+    assert torch.equal(scripted_fn(x2, w2), fn(x2, w2))
+
+
+def test_a_failed_apply_rolls_back(monkeypatch):
+    bad = Patch(name="bad", description="cannot be applied", targets=("builtins:int.bit_length",),
+                wrapper=lambda w, i, a, k: w(*a, **k), aliases=False)
+    monkeypatch.setitem(registry._REGISTRY, "bad", bad)
+    before = _snapshot()
+    with pytest.raises(TypeError):
+        with onnx_compat.patched(only=["conv_padding", "bad"]):
+            pass
+    assert not _is_patched() and registry.applied_patches() == []
+    assert all(_snapshot()[k] is v for k, v in before.items() if k in before)
+
+
+def test_registering_a_clashing_patch_is_refused():
+    clash = Patch(name="clash", description="x", targets=("torch.nn.functional:conv1d",),
+                  wrapper=lambda w, i, a, k: w(*a, **k))
+    with pytest.raises(ValueError, match="conv_padding"):
+        registry.register(clash)
+    with pytest.raises(ValueError, match="when"):
+        Patch(name="x", description="x", targets=(), wrapper=None, when="sometimes")
+
+
+def test_changes_undo_in_reverse_and_inherited_attributes():
+    class Base:
+        attr = "base"
+
+    class Child(Base):
+        pass
+
+    changes = Changes()
+    changes.setattr(Child, "attr", "one")
+    changes.setattr(Child, "attr", "two")
+    assert Child.attr == "two" and len(changes) == 2
+    changes.undo()
+    assert Child.attr == "base" and "attr" not in vars(Child)
+    with pytest.raises(AttributeError):
+        changes.setattr(Child, "no_such_attr", 1)
