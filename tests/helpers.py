@@ -64,3 +64,19 @@ def auto_pads(proto):
     """Conv nodes that still use the deprecated auto_pad attribute."""
     return [n.name for n in proto.graph.node if n.op_type == "Conv"
             and any(a.name == "auto_pad" and a.s not in (b"", b"NOTSET") for a in n.attribute)]
+
+
+def vanilla_string_padding_failure(model, args, dynamic):
+    """How an unpatched TorchScript export of string padding fails on this torch.
+
+    torch 2.0 refuses to export ``aten::_convolution_mode``; newer torch writes
+    ``auto_pad``, which ONNX Runtime cannot run with dilation. Returns the
+    proto (newer torch) or None (export refused), asserting one of the two.
+    """
+    try:
+        proto = export(model, args, "torchscript", dynamic)
+    except Exception as exc:  # torch.onnx.errors.UnsupportedOperatorError on torch 2.0
+        assert "_convolution_mode" in str(exc), exc
+        return None
+    assert auto_pads(proto)
+    return proto

@@ -1,0 +1,163 @@
+"""The export pipeline for sequence models.
+
+spec -> example inputs -> output check -> export under patches (dynamo, then
+TorchScript when ``auto``) -> dynamic dims check -> verification against the
+unpatched eager model -> metadata -> RASR check -> atomic write -> report.
+Everything that can be checked before the export is checked first, and
+nothing is written unless every step passed.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import onnx
+import torch
+
+from . import __version__, exporters, graph
+from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
+from .rasr import check_rasr
+from .report import Attempt, Report
+from .safety import check_writable, preserved, write_atomically
+from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs, size_name
+from .verify import VerificationError, verify as verify_model
+
+
+class ExportError(RuntimeError):
+    """No exporter produced a model that passed every check."""
+
+
+def _as_specs(specs, what: str) -> List[TensorSpec]:
+    specs = [specs] if isinstance(specs, TensorSpec) else list(specs or ())
+    if not specs or not all(isinstance(s, TensorSpec) for s in specs):
+        raise TypeError(f"{what} must be a TensorSpec or a non-empty list of TensorSpec")
+    return specs
+
+
+def _wanted_dynamic(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, str]]:
+    out: Dict[str, Dict[int, str]] = {}
+    for spec in specs:
+        axes = {a: d.name for a, d in spec.dynamic_axes().items()}
+        out[spec.name] = axes
+        for axis in spec.lengths:
+            out[size_name(spec.name, axis)] = {0: axes[0]} if 0 in axes else {}
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str = "auto",
+           sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
+           strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
+           opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None) -> Report:
+    """Export ``model`` to ``path`` and prove it; return the ``Report``.
+
+    ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
+    "dynamo", "torchscript" or "auto" (dynamo first, TorchScript when dynamo
+    fails to export or to verify). ``sizes`` overrides the example size of
+    named dims. ``strict``: baked-constant TracerWarnings and degenerate
+    outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
+    requires RASR's rules to hold. ``patches``: options for ``patched()``.
+    """
+    t_start = time.perf_counter()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if exporter not in exporters.EXPORTERS + ("auto",):
+        raise ValueError(f"unknown exporter {exporter!r}; choose from {exporters.EXPORTERS + ('auto',)}")
+    inputs, outputs = _as_specs(inputs, "inputs"), _as_specs(outputs, "outputs")
+    names = [n for s in inputs + outputs for n in s.onnx_names]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SpecError(f"ONNX names must be unique; {dupes} appear more than once")
+    target = check_writable(path)
+    pairs = forward_arguments(model, inputs)
+    example = dim_sizes(inputs, sizes or {})
+    feeds = make_inputs(inputs, example, seed=seed)
+    args = tuple(feeds.values())
+    if exporter == "auto":
+        order = list(exporters.EXPORTERS) if exporters.HAS_DYNAMO else ["torchscript"]
+    else:
+        order = [exporter]
+
+    report = Report(path=target)
+    with preserved(model):
+        adapter = IOAdapter(model, pairs, outputs)
+        with torch.no_grad():
+            returned = flatten(adapter(*args))
+        outputs = check_outputs(returned, outputs, example)
+        adapter = IOAdapter(model, pairs, outputs)
+        proto, results = None, None
+        for name in order:
+            t0 = time.perf_counter()
+            try:
+                proto, captured = exporters.run(name, adapter, args, inputs, outputs, opset, patches)
+                report.warnings = {"baked": captured.baked, "other": captured.other}
+                if strict and captured.baked:
+                    raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}")
+                problems = graph.static_where_dynamic(proto, _wanted_dynamic(inputs + outputs))
+                if problems:
+                    raise ExportError("; ".join(problems))
+                t1 = time.perf_counter()
+                report.timings[f"export_{name}"] = t1 - t0
+                if verify:
+                    results = verify_model(proto, model, inputs, outputs, example=example, atol=atol, rtol=rtol,
+                                           seed=seed + 1)
+                    report.timings["verify"] = time.perf_counter() - t1
+                report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0))
+                break
+            except (VerificationError, ExportError, Exception) as exc:
+                proto = None
+                report.attempts.append(Attempt(name, False, _first_line(exc), time.perf_counter() - t0))
+                if len(order) == 1:
+                    raise ExportError(f"{name} export failed: {_first_line(exc)}") from exc
+        if proto is None:
+            raise ExportError("no exporter produced a verified model: " +
+                              "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts))
+    report.exporter = name
+    report.why = ("requested" if exporter != "auto" else
+                  "dynamo exported and verified" if name == "dynamo" else
+                  "fallback: dynamo did not export or verify")
+    if results is not None:
+        report.verification = [r.to_dict() for r in results]
+        report.max_abs_err = max((o.max_abs_err for r in results for o in r.outputs), default=0.0)
+        report.degenerate = sorted({o.name for r in results for o in r.outputs if o.degenerate})
+        if strict and report.degenerate:
+            raise ExportError(f"strict: outputs {report.degenerate} are constant at the verified shapes; "
+                              "the comparison proves nothing")
+
+    graph.set_metadata(proto, _metadata(inputs, outputs, name, metadata))
+    if rasr:
+        rasr_args = rasr if isinstance(rasr, dict) else _rasr_names(inputs, outputs)
+        check = check_rasr(proto, **rasr_args)
+        report.rasr = check.to_dict()
+        if not check.ok:
+            raise ExportError("RASR would refuse this model: " + "; ".join(check.findings))
+    summary = graph.inspect(proto)
+    for key in ("opset", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata"):
+        setattr(report, key, summary[key])
+    write_atomically(proto, target)
+    report.timings["total"] = time.perf_counter() - t_start
+    return report
+
+
+def _rasr_names(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> dict:
+    data, out = inputs[0], outputs[0]
+    return {"features": data.name, "features_size": data.onnx_names[1] if data.lengths else None,
+            "output": out.name}
+
+
+def _metadata(inputs, outputs, exporter: str, user: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    entries = {
+        "onnx_compat.version": __version__,
+        "onnx_compat.exporter": exporter,
+        "onnx_compat.inputs": json.dumps([s.describe() for s in inputs]),
+        "onnx_compat.outputs": json.dumps([s.describe() for s in outputs]),
+        "torch.version": torch.__version__,
+        "onnx.version": onnx.__version__,
+    }
+    entries.update(dict(user or {}))
+    return entries

@@ -1,0 +1,125 @@
+"""Run one exporter on a model whose I/O is already flat (see ``io_adapter``).
+
+Both exporters are called the same way here, always under ``patched()``, with
+every warning they raise captured for the report instead of printed.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import re
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import onnx
+import torch
+
+from .registry import patched
+from .spec import Dim, TensorSpec, size_name
+
+EXPORTERS = ("dynamo", "torchscript")
+_EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
+HAS_DYNAMO = "dynamo" in _EXPORT_PARAMS and "dynamic_shapes" in _EXPORT_PARAMS
+
+# TracerWarnings whose cause is a value frozen into the graph.
+_BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"
+                    r"torch\.tensor results are registered as constants|might cause the trace to be incorrect")
+# Noise every export raises; nothing the user can act on.
+_NOISE = re.compile(r"legacy TorchScript-based ONNX export|Constant folding - Only steps=1|"
+                    r"LeafSpec|torchvision is not installed|Exporting a model while it is in training mode|"
+                    r"Using padding='same' with even kernel|create_rename_mapping|is deprecated")
+
+
+@dataclass
+class Captured:
+    """Warnings raised during one export, sorted by what they mean."""
+
+    baked: List[str] = field(default_factory=list)
+    other: List[str] = field(default_factory=list)
+
+    def add(self, record: warnings.WarningMessage) -> None:
+        text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"
+        if issubclass(record.category, torch.jit.TracerWarning) and _BAKED.search(str(record.message)):
+            if text not in self.baked:
+                self.baked.append(text)
+        elif not _NOISE.search(str(record.message)) and text not in self.other:
+            self.other.append(text)
+
+
+def _onnx_names(specs: Sequence[TensorSpec]) -> List[str]:
+    return [n for spec in specs for n in spec.onnx_names]
+
+
+def _axes(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, Dim]]:
+    """Dynamic axes per ONNX name, lengths tensors included (their batch axis)."""
+    out: Dict[str, Dict[int, Dim]] = {}
+    for spec in specs:
+        axes = spec.dynamic_axes()
+        out[spec.name] = axes
+        for axis in spec.lengths:
+            out[size_name(spec.name, axis)] = {0: axes[0]} if 0 in axes else {}
+    return out
+
+
+def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec], opset: Optional[int] = None,
+        patch_options: Optional[dict] = None) -> Tuple[onnx.ModelProto, Captured]:
+    """Export ``model(*args)`` with ``exporter`` and return the ModelProto."""
+    if exporter not in EXPORTERS:
+        raise ValueError(f"unknown exporter {exporter!r}; choose from {EXPORTERS + ('auto',)}")
+    if exporter == "dynamo" and not HAS_DYNAMO:
+        raise RuntimeError(f"torch {torch.__version__} has no dynamo ONNX exporter (torch.onnx.export(dynamo=True))")
+    captured = Captured()
+    with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        with patched(**(patch_options or {})):
+            if exporter == "torchscript":
+                proto = _torchscript(model, args, inputs, outputs, opset)
+            else:
+                proto = _dynamo(model, args, inputs, outputs, opset)
+    for record in records:
+        captured.add(record)
+    return proto, captured
+
+
+def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
+    axes = {name: {a: d.name for a, d in ax.items()} for name, ax in {**_axes(inputs), **_axes(outputs)}.items()}
+    extra = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/model.onnx"
+        torch.onnx.export(model, args, path, input_names=_onnx_names(inputs), output_names=_onnx_names(outputs),
+                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset, **extra)
+        return onnx.load(path)
+
+
+def _dynamo(model, args, inputs, outputs, opset) -> onnx.ModelProto:
+    dims: Dict[str, object] = {}
+
+    def torch_dim(dim: Dim):
+        if dim.name not in dims:
+            dims[dim.name] = torch.export.Dim(dim.name, min=dim.min, **({"max": dim.max} if dim.max else {}))
+        return dims[dim.name]
+
+    in_axes = _axes(inputs)
+    shapes = tuple({a: torch_dim(d) for a, d in in_axes[name].items()} or None for name in _onnx_names(inputs))
+    program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=(shapes,), opset_version=opset,
+                                input_names=_onnx_names(inputs), output_names=_onnx_names(outputs), verbose=False)
+    proto = program.model_proto
+    _name_output_dims(proto, outputs)
+    return proto
+
+
+def _name_output_dims(proto: onnx.ModelProto, outputs: Sequence[TensorSpec]) -> None:
+    """Give symbolic output dims the names the spec declares (dynamo derives its own)."""
+    by_name = {v.name: v for v in proto.graph.output}
+    for name, axes in _axes(outputs).items():
+        value = by_name.get(name)
+        if value is None:
+            continue
+        shape = value.type.tensor_type.shape
+        for axis, dim in axes.items():
+            if axis < len(shape.dim) and shape.dim[axis].HasField("dim_param"):
+                shape.dim[axis].dim_param = dim.name

@@ -1,0 +1,74 @@
+"""What an export did, as a Python object and as JSON."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class Attempt:
+    exporter: str
+    ok: bool
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Report:
+    path: Optional[str] = None
+    exporter: Optional[str] = None
+    why: str = ""
+    attempts: List[Attempt] = field(default_factory=list)
+    opset: Dict[str, int] = field(default_factory=dict)
+    inputs: List[dict] = field(default_factory=list)
+    outputs: List[dict] = field(default_factory=list)
+    nodes: int = 0
+    ops: Dict[str, int] = field(default_factory=dict)
+    auto_pad: List[str] = field(default_factory=list)
+    verification: List[dict] = field(default_factory=list)
+    max_abs_err: Optional[float] = None
+    degenerate: List[str] = field(default_factory=list)
+    warnings: Dict[str, List[str]] = field(default_factory=lambda: {"baked": [], "other": []})
+    rasr: Optional[dict] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        return text
+
+    def summary(self) -> str:
+        """A few lines for a terminal."""
+        def io(values):
+            return ", ".join(f"{v['name']} {v['dtype']}{v['dims']}" for v in values)
+
+        lines = [
+            f"exporter    {self.exporter} ({self.why})",
+            f"written     {self.path}",
+            f"inputs      {io(self.inputs)}",
+            f"outputs     {io(self.outputs)}",
+            f"graph       {self.nodes} nodes, opset {self.opset.get('ai.onnx')}, auto_pad {len(self.auto_pad)}, "
+            f"top ops {dict(list(self.ops.items())[:5])}",
+        ]
+        for check in self.verification:
+            errs = ", ".join(f"{o['name']} {o['max_abs_err']:.2e}" for o in check["outputs"])
+            lines.append(f"verified    {check['sizes']}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
+        for attempt in self.attempts:
+            if not attempt.ok:
+                lines.append(f"not used    {attempt.exporter}: {attempt.error}")
+        for w in self.warnings.get("baked", []):
+            lines.append(f"baked?      {w}")
+        if self.degenerate:
+            lines.append(f"degenerate  {self.degenerate}")
+        if self.rasr is not None:
+            state = "ok, fits " + "/".join(self.rasr["roles"]) if self.rasr["ok"] else "; ".join(self.rasr["findings"])
+            lines.append(f"rasr        {state}")
+        lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        return "\n".join(lines)

@@ -1,0 +1,182 @@
+"""What goes in and out of an exported sequence model, and example inputs for it.
+
+The naming convention is RETURNN's: a feature tensor ``data`` ``[B, T, F]`` and,
+for each dim with per-sequence lengths, an int32 ``[B]`` input
+``f"{name}:size{axis}"`` (``data:size1``). The batch size is never an input:
+it is the shape. Outputs follow the same rule (``output``, ``output:size1``),
+and their lengths are computed by the model, not copied.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A dynamic dim, named in the ONNX graph. ``example`` is its export size."""
+
+    name: str
+    min: int = 1
+    max: Optional[int] = None
+    example: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"Dim needs a non-empty name, got {self.name!r}")
+        if self.min < 1 or (self.max is not None and self.max < self.min):
+            raise ValueError(f"Dim {self.name!r}: need 1 <= min <= max, got min={self.min}, max={self.max}")
+
+
+DimLike = Union[Dim, int, None]  # None: an output dim taken from what the model returns
+
+
+def size_name(name: str, axis: int) -> str:
+    """ONNX name of the lengths of ``name``'s ``axis``: ``data:size1``."""
+    return f"{name}:size{axis}"
+
+
+@dataclass
+class TensorSpec:
+    """One ONNX input or output and the lengths that come with it.
+
+    ``lengths``: axes that carry per-sequence lengths (each adds a ``[B]``
+    tensor named ``name:sizeN``). For inputs, ``arg`` names the forward
+    argument of the tensor and ``length_args`` those of its lengths
+    (``{1: "lengths"}``); when absent, inputs are passed positionally in ONNX
+    order.
+    """
+
+    name: str
+    dims: Sequence[DimLike]
+    dtype: torch.dtype = torch.float32
+    lengths: Sequence[int] = ()
+    lengths_dtype: torch.dtype = torch.int32
+    arg: Optional[str] = None
+    length_args: Mapping[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.dims = tuple(self.dims)
+        self.lengths = tuple(self.lengths)
+        if self.lengths_dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{self.name}: lengths_dtype must be torch.int32 or torch.int64")
+        for axis in self.lengths:
+            if not 0 < axis < len(self.dims):
+                raise ValueError(f"{self.name}: lengths axis {axis} is not a non-batch axis of {len(self.dims)} dims")
+            if not isinstance(self.dims[axis], Dim):
+                raise ValueError(f"{self.name}: axis {axis} has lengths, so it must be a Dim, not {self.dims[axis]!r}")
+        for axis in self.length_args:
+            if axis not in self.lengths:
+                raise ValueError(f"{self.name}: length_args names axis {axis}, which has no lengths")
+
+    @property
+    def onnx_names(self) -> List[str]:
+        """The tensor's name and then its lengths' names, in ONNX order."""
+        return [self.name] + [size_name(self.name, a) for a in self.lengths]
+
+    def dynamic_axes(self) -> Dict[int, Dim]:
+        return {i: d for i, d in enumerate(self.dims) if isinstance(d, Dim)}
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "dims": [d.name if isinstance(d, Dim) else d for d in self.dims],
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "lengths": {size_name(self.name, a): str(self.lengths_dtype).replace("torch.", "") for a in self.lengths},
+        }
+
+
+def forward_arguments(model: torch.nn.Module, inputs: Sequence[TensorSpec]) -> List[Tuple[str, Optional[str]]]:
+    """``(onnx_name, forward_arg or None)`` in ONNX order; names are checked against forward."""
+    params = inspect.signature(model.forward).parameters
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    pairs: List[Tuple[str, Optional[str]]] = []
+    for spec in inputs:
+        pairs.append((spec.name, spec.arg))
+        for axis in spec.lengths:
+            pairs.append((size_name(spec.name, axis), spec.length_args.get(axis)))
+    named = [arg for _, arg in pairs if arg is not None]
+    if named and len(named) != len(pairs):
+        unnamed = [n for n, arg in pairs if arg is None]
+        raise ValueError(f"inputs {unnamed} have no forward argument: name all inputs (arg=, length_args=) or none")
+    for onnx_name, arg in pairs:
+        if arg is not None and arg not in params and not takes_kwargs:
+            raise ValueError(f"input {onnx_name!r} maps to forward argument {arg!r}, which "
+                             f"{type(model).__name__}.forward does not have (it takes {list(params)})")
+    if not named:
+        positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(pairs) > len(positional) and not any(p.kind is p.VAR_POSITIONAL for p in params.values()):
+            raise ValueError(f"{len(pairs)} inputs {[n for n, _ in pairs]} but {type(model).__name__}.forward "
+                             f"takes {len(positional)} positional arguments {[p.name for p in positional]}")
+    return pairs
+
+
+def dim_sizes(inputs: Sequence[TensorSpec], overrides: Mapping[str, int] = (), seed_size: int = 0) -> Dict[str, int]:
+    """One size per named dim: the example export sizes (B=3, T=37 unless set)."""
+    sizes: Dict[str, int] = {}
+    overrides = dict(overrides)
+    for spec in inputs:
+        for axis, dim in spec.dynamic_axes().items():
+            if dim.name in sizes:
+                continue
+            default = dim.example or (3 if axis == 0 else max(37, 2 * dim.min))
+            size = overrides.get(dim.name, default)
+            sizes[dim.name] = _clamp(dim, size)
+    return sizes
+
+
+def _clamp(dim: Dim, size: int) -> int:
+    size = max(size, dim.min)
+    return min(size, dim.max) if dim.max is not None else size
+
+
+def make_inputs(inputs: Sequence[TensorSpec], sizes: Mapping[str, int], seed: int = 0,
+                full_length: bool = True) -> Dict[str, torch.Tensor]:
+    """Random inputs at ``sizes`` keyed by ONNX name; lengths differ, the longest is full.
+
+    The batch axis (0) is shared; lengths are drawn per sequence in
+    ``[max(min, T // 2), T]`` and, with ``full_length``, the first is ``T``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    out: Dict[str, torch.Tensor] = {}
+    for spec in inputs:
+        shape = [sizes[d.name] if isinstance(d, Dim) else int(d) for d in spec.dims]
+        if spec.dtype.is_floating_point:
+            out[spec.name] = torch.randn(*shape, generator=gen).to(spec.dtype)
+        else:
+            out[spec.name] = torch.randint(0, 10, shape, generator=gen).to(spec.dtype)
+        for axis in spec.lengths:
+            dim, total = spec.dims[axis], shape[axis]
+            low = min(total, max(dim.min, total // 2))
+            lengths = torch.randint(low, total + 1, (shape[0],), generator=gen)
+            if full_length:
+                lengths[0] = total
+            if shape[0] > 1 and bool((lengths == lengths[0]).all()) and total > low:
+                lengths[-1] = low  # lengths must differ within the batch
+            out[size_name(spec.name, axis)] = lengths.to(spec.lengths_dtype)
+    return out
+
+
+def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int], count: int = 3) -> List[Dict[str, int]]:
+    """Sizes the export never saw: B=1 first, then other batch and time sizes."""
+    dims: Dict[str, Dim] = {}
+    batch_names = set()
+    for spec in inputs:
+        for axis, dim in spec.dynamic_axes().items():
+            dims.setdefault(dim.name, dim)
+            if axis == 0:
+                batch_names.add(dim.name)
+    factors = [(1, 0.62), (None, 1.43), (2, 0.81), (5, 1.17)]
+    out = []
+    for batch, scale in factors[:max(count, 3)]:
+        sizes = {}
+        for name, dim in dims.items():
+            if name in batch_names:
+                sizes[name] = _clamp(dim, batch if batch is not None else example[name] + 1)
+            else:
+                sizes[name] = _clamp(dim, max(2, round(example[name] * scale)))
+        out.append(sizes)
+    return out

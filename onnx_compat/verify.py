@@ -1,0 +1,154 @@
+"""ONNX Runtime against the eager model at shapes the export never saw.
+
+The reference is the model's own eager forward, outside every patch: a wrong
+patch cannot check itself. Frames beyond each sequence's length are left out
+of the comparison (padding is free to differ); the lengths themselves must
+match exactly. An output that is all one value proves nothing and is flagged.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from .io_adapter import IOAdapter, flatten
+from .spec import TensorSpec, forward_arguments, make_inputs, size_name, verification_sizes
+
+
+class VerificationError(AssertionError):
+    """ONNX Runtime disagrees with eager PyTorch (or cannot load/run the model)."""
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    ok: bool
+    degenerate: bool = False
+
+
+@dataclass
+class ShapeCheck:
+    sizes: Dict[str, int]
+    outputs: List[OutputCheck] = field(default_factory=list)
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(o.ok for o in self.outputs)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def session(model: Union[str, os.PathLike, onnx.ModelProto], threads: int = 1) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def valid_mask(shape, lengths_by_axis: Mapping[int, np.ndarray]) -> np.ndarray:
+    """True where every length-carrying axis is within its sequence's length."""
+    mask = np.ones(shape, dtype=bool)
+    for axis, lengths in lengths_by_axis.items():
+        index_shape = [1] * len(shape)
+        index_shape[axis] = shape[axis]
+        positions = np.arange(shape[axis]).reshape(index_shape)
+        limit = np.asarray(lengths).reshape([-1] + [1] * (len(shape) - 1))
+        mask &= positions < limit
+    return mask
+
+
+def compare(got: np.ndarray, expected: np.ndarray, mask: np.ndarray, name: str, atol: float, rtol: float) -> OutputCheck:
+    g, e = got[mask].astype(np.float64), expected[mask].astype(np.float64)
+    if e.size == 0:
+        return OutputCheck(name, 0.0, 0.0, True, degenerate=True)
+    if not np.isfinite(g).all() or not np.isfinite(e).all():
+        same_nonfinite = np.array_equal(np.isfinite(g), np.isfinite(e))
+        finite = np.isfinite(e) & np.isfinite(g)
+        g, e = g[finite], e[finite]
+        if not same_nonfinite:
+            return OutputCheck(name, float("inf"), float("inf"), False)
+    diff = np.abs(g - e)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff / np.maximum(np.abs(e), 1e-12)).max()) if diff.size else 0.0
+    ok = bool(np.all(diff <= atol + rtol * np.abs(e)))
+    degenerate = bool(e.size > 1 and np.ptp(e) == 0) or bool(e.size and not np.any(e))
+    return OutputCheck(name, max_abs, max_rel, ok, degenerate)
+
+
+def check_at(sess: ort.InferenceSession, reference: torch.nn.Module, inputs: Sequence[TensorSpec],
+             outputs: Sequence[TensorSpec], sizes: Dict[str, int], seed: int, atol: float, rtol: float) -> ShapeCheck:
+    result = ShapeCheck(dict(sizes))
+    feeds = make_inputs(inputs, sizes, seed=seed)
+    with torch.no_grad():
+        expected = [t.detach().cpu().numpy() for t in flatten(reference(*feeds.values()))]
+    onnx_inputs = {i.name for i in sess.get_inputs()}
+    try:
+        got = sess.run(None, {k: v.numpy() for k, v in feeds.items() if k in onnx_inputs})
+    except Exception as exc:
+        result.error = f"ONNX Runtime run failed: {str(exc).splitlines()[0]}"
+        return result
+    names = [o.name for o in sess.get_outputs()]
+    by_name = dict(zip(names, got))
+    i = 0
+    for spec in outputs:
+        exp, ort_out = expected[i], by_name.get(spec.name)
+        lengths = {}
+        for k, axis in enumerate(spec.lengths):
+            lname = size_name(spec.name, axis)
+            exp_len, got_len = expected[i + 1 + k], by_name.get(lname)
+            if got_len is None or not np.array_equal(np.asarray(got_len), exp_len):
+                result.error = f"output {lname!r} differs: ONNX {None if got_len is None else got_len.tolist()}, eager {exp_len.tolist()}"
+                return result
+            lengths[axis] = exp_len
+        if ort_out is None or ort_out.shape != exp.shape:
+            result.error = (f"output {spec.name!r} has shape {None if ort_out is None else list(ort_out.shape)} in ONNX "
+                            f"but {list(exp.shape)} in eager at sizes {sizes}")
+            return result
+        result.outputs.append(compare(ort_out, exp, valid_mask(exp.shape, lengths), spec.name, atol, rtol))
+        i += 1 + len(spec.lengths)
+    return result
+
+
+def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn.Module,
+           inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
+           example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
+           raise_on_failure: bool = True) -> List[ShapeCheck]:
+    """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
+
+    ``sizes``: the named dim sizes to run at (default: three shapes around
+    ``example``, B=1 first). Raises ``VerificationError`` naming the output
+    and the shape on the first failure unless ``raise_on_failure=False``.
+    """
+    try:
+        onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
+                                 full_check=True)
+        sess = session(onnx_model)
+    except Exception as exc:
+        raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
+    if sizes is None:
+        from .spec import dim_sizes
+        sizes = verification_sizes(inputs, example or dim_sizes(inputs))
+    was_training = [m.training for m in model.modules()]
+    reference = IOAdapter(model, forward_arguments(model, inputs), outputs).eval()
+    try:
+        results = [check_at(sess, reference, inputs, outputs, s, seed + k, atol, rtol) for k, s in enumerate(sizes)]
+    finally:
+        for module, flag in zip(model.modules(), was_training):
+            module.training = flag
+    if raise_on_failure:
+        for r in results:
+            if not r.ok:
+                bad = r.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
+                                           for o in r.outputs if not o.ok)
+                raise VerificationError(f"at sizes {r.sizes}: {bad}")
+    return results
