@@ -9,6 +9,7 @@ nothing is written unless every step passed.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -45,8 +46,14 @@ def _wanted_dynamic(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, str]]:
     return out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The root cause in one line: exporters wrap the real error in a generic one."""
+    while exc.__cause__ is not None and type(exc).__name__ in ("TorchExportError", "ConversionError", "OnnxExporterError"):
+        exc = exc.__cause__
+    text = _ANSI.sub("", str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import logging
 import re
 import tempfile
 import warnings
@@ -49,6 +50,18 @@ class Captured:
             self.other.append(text)
 
 
+@contextlib.contextmanager
+def _quiet_logs():
+    """The dynamo exporter logs every optional op set it skips (torchvision's, say)."""
+    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _onnx_names(specs: Sequence[TensorSpec]) -> List[str]:
     return [n for spec in specs for n in spec.onnx_names]
 
@@ -73,7 +86,8 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
     if exporter == "dynamo" and not HAS_DYNAMO:
         raise RuntimeError(f"torch {torch.__version__} has no dynamo ONNX exporter (torch.onnx.export(dynamo=True))")
     captured = Captured()
-    with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
         warnings.simplefilter("always")
         with patched(**(patch_options or {})):
             if exporter == "torchscript":

@@ -52,7 +52,7 @@ def static_where_dynamic(proto: onnx.ModelProto, wanted: Dict[str, Dict[int, str
     problems = []
     for name, axes in wanted.items():
         if name not in values:
-            problems.append(f"{name!r} is not an input or output of the graph")
+            problems.append(f"{name!r} is not in the graph: the exporter dropped it (is it used in a traced computation?)")
             continue
         dims = value_info(values[name])["dims"]
         for axis, dim_name in axes.items():

@@ -1,0 +1,150 @@
+"""``onnx-compat export | verify | inspect``: one step of a pipeline.
+
+Exit 0 on success; otherwise one line on stderr naming what went wrong and a
+non-zero code (1 for a failed export or check, 2 for bad usage).
+
+A FACTORY is ``module:function``; the function returns
+``{"model": nn.Module, "inputs": [TensorSpec...], "outputs": [TensorSpec...]}``
+or the tuple ``(model, inputs, outputs)``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import List, Optional
+
+from .export import export
+from .graph import inspect
+from .rasr import check_rasr
+from .verify import verify
+
+
+class UsageError(Exception):
+    pass
+
+
+def load_factory(spec: str):
+    module_name, _, func_name = spec.partition(":")
+    if not module_name or not func_name:
+        raise UsageError(f"expected MODULE:FACTORY, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise UsageError(f"{module_name!r} has no callable {func_name!r}")
+    job = factory()
+    if isinstance(job, dict):
+        missing = [k for k in ("model", "inputs", "outputs") if k not in job]
+        if missing:
+            raise UsageError(f"{spec} returned a dict without {missing}")
+        return job["model"], job["inputs"], job["outputs"]
+    if isinstance(job, (tuple, list)) and len(job) == 3:
+        return tuple(job)
+    raise UsageError(f"{spec} must return {{'model', 'inputs', 'outputs'}} or (model, inputs, outputs), "
+                     f"got {type(job).__name__}")
+
+
+def _pairs(items: Optional[List[str]], what: str, cast=str) -> dict:
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} takes KEY=VALUE, got {item!r}")
+        try:
+            out[key] = cast(value)
+        except ValueError as exc:
+            raise UsageError(f"{what} {item!r}: {exc}") from exc
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onnx-compat", description="Export PyTorch models to ONNX and prove them.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    e = sub.add_parser("export", help="export a model from a factory, verify it, write it")
+    e.add_argument("factory", help="MODULE:FACTORY")
+    e.add_argument("--out", required=True, help="the .onnx file to write")
+    e.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
+    e.add_argument("--json", help="also write the report as JSON here")
+    e.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
+    e.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
+    e.add_argument("--opset", type=int)
+    e.add_argument("--atol", type=float, default=1e-4)
+    e.add_argument("--rtol", type=float, default=1e-3)
+    e.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime check (not recommended)")
+    e.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
+    e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")
+
+    v = sub.add_parser("verify", help="check an ONNX file against a factory's eager model")
+    v.add_argument("onnx")
+    v.add_argument("factory", help="MODULE:FACTORY")
+    v.add_argument("--atol", type=float, default=1e-4)
+    v.add_argument("--rtol", type=float, default=1e-3)
+    v.add_argument("--json")
+
+    i = sub.add_parser("inspect", help="I/O, dims, ops, auto_pad, metadata and RASR findings")
+    i.add_argument("onnx")
+    i.add_argument("--features", default="data")
+    i.add_argument("--features-size", default="data:size1")
+    i.add_argument("--output", default="output")
+    i.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return p
+
+
+def _inspect_text(info: dict) -> str:
+    lines = [f"opset    {info['opset']}"]
+    lines += [f"input    {v['name']} {v['dtype']}{v['dims']}" for v in info["inputs"]]
+    lines += [f"output   {v['name']} {v['dtype']}{v['dims']}" for v in info["outputs"]]
+    lines.append(f"nodes    {info['nodes']}  auto_pad {len(info['auto_pad'])}")
+    lines.append("ops      " + ", ".join(f"{k} {n}" for k, n in info["ops"].items()))
+    lines += [f"meta     {k} = {v}" for k, v in info["metadata"].items()]
+    rasr = info["rasr"]
+    lines.append("rasr     " + ("ok, fits " + "/".join(rasr["roles"]) if rasr["ok"] else "; ".join(rasr["findings"])))
+    return "\n".join(lines)
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "export":
+        model, inputs, outputs = load_factory(args.factory)
+        report = export(model, args.out, inputs, outputs, exporter=args.exporter,
+                        sizes=_pairs(args.size, "--size", int), metadata=_pairs(args.metadata, "--metadata"),
+                        opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
+                        strict=args.strict, rasr=args.rasr)
+        if args.json:
+            report.to_json(args.json)
+        print(report.summary())
+    elif args.command == "verify":
+        model, inputs, outputs = load_factory(args.factory)
+        results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump([r.to_dict() for r in results], fh, indent=2)
+        for r in results:
+            print(f"ok  {r.sizes}  " + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+    else:
+        info = inspect(args.onnx)
+        info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
+                                  output=args.output).to_dict()
+        print(json.dumps(info, indent=2) if args.json else _inspect_text(info))
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        return run(argv)
+    except UsageError as exc:
+        print(f"onnx-compat: usage error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # one clear line for a pipeline's log
+        message = str(exc).strip().splitlines()
+        print(f"onnx-compat: {type(exc).__name__}: {message[0] if message else ''}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Bundled reference models, written as a user would write them."""

@@ -1,0 +1,46 @@
+"""The CLI as a pipeline step: exit codes, one clear line, files."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from onnx_compat.cli import main
+
+FACTORY = "onnx_compat.models.conv_demo:build"
+
+
+def test_export_inspect_verify(tmp_path, capsys):
+    out, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    assert main(["export", FACTORY, "--out", str(out), "--exporter", "torchscript", "--json", str(report), "--rasr",
+                 "--metadata", "model_type=demo", "--size", "time=41"]) == 0
+    data = json.loads(report.read_text())
+    assert data["exporter"] == "torchscript" and data["rasr"]["ok"] and data["metadata"]["model_type"] == "demo"
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "input    data:size1 int32['batch']" in text and "rasr     ok" in text
+    assert main(["verify", str(out), FACTORY]) == 0
+    assert capsys.readouterr().out.count("ok  {'batch'") >= 3
+    assert main(["inspect", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["nodes"] > 0 and info["auto_pad"] == [] and info["rasr"]["ok"]
+
+
+@pytest.mark.parametrize("argv, code, match", [
+    (["export", "no_such_module:build", "--out", "{tmp}/m.onnx"], 2, "cannot import 'no_such_module'"),
+    (["export", "onnx_compat.models.conv_demo:nope", "--out", "{tmp}/m.onnx"], 2, "no callable 'nope'"),
+    (["export", FACTORY, "--out", "{tmp}/no/m.onnx"], 1, "does not exist"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--size", "time"], 2, "KEY=VALUE"),
+    (["inspect", "{tmp}/missing.onnx"], 1, "missing.onnx"),
+])
+def test_failures_are_one_line_and_non_zero(argv, code, match, tmp_path, capsys):
+    assert main([a.format(tmp=tmp_path) for a in argv]) == code
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1
+
+
+def test_console_script_runs_as_a_process(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "onnx_compat.cli", "export", FACTORY, "--out", str(tmp_path / "m.onnx"),
+                             "--exporter", "torchscript"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "verified" in result.stdout and (tmp_path / "m.onnx").exists()

@@ -1,0 +1,210 @@
+"""The export pipeline: both exporters and auto, verification, safety, clear errors."""
+import json
+import os
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import onnx_compat
+from onnx_compat import Dim, ExportError, SpecError, TensorSpec, check_rasr
+from onnx_compat.models import conv_demo
+
+from helpers import EXPORTERS
+from models import NamedArgs, Subsample, mask_of, named_specs, subsample_specs
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return conv_demo.build()
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS + ["auto"])
+def test_classic_demo_exports_verifies_and_passes_rasr(demo, exporter, tmp_path):
+    path = tmp_path / "demo.onnx"
+    report = onnx_compat.export(demo["model"], str(path), demo["inputs"], demo["outputs"], exporter=exporter, rasr=True)
+    assert report.exporter == ("dynamo" if exporter == "auto" else exporter)
+    assert path.exists() and report.auto_pad == []
+    names = [(v["name"], v["dtype"], v["dims"]) for v in report.inputs + report.outputs]
+    assert names == [("data", "float", ["batch", "time", 40]), ("data:size1", "int32", ["batch"]),
+                     ("output", "float", ["batch", "time", 32]), ("output:size1", "int32", ["batch"])]
+    checked = [c["sizes"] for c in report.verification]
+    assert {"batch": 1} .items() <= checked[0].items() and len(checked) >= 3
+    assert all(c["ok"] for c in report.verification) and report.degenerate == []
+    assert 0 < report.max_abs_err < 1e-4
+    assert report.rasr["ok"] and "feature-scorer" in report.rasr["roles"]
+    meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert meta["onnx_compat.exporter"] == report.exporter
+    assert json.loads(meta["onnx_compat.inputs"])[0]["lengths"] == {"data:size1": "int32"}
+    assert json.loads(report.to_json())["exporter"] == report.exporter
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_real_output_lengths_from_a_subsampling_model(exporter, tmp_path):
+    torch.manual_seed(0)
+    inputs, outputs = subsample_specs()
+    path = str(tmp_path / "sub.onnx")
+    report = onnx_compat.export(Subsample().eval(), path, inputs, outputs, exporter=exporter)
+    out_dims = report.outputs[0]["dims"]
+    assert out_dims[0] == "batch" and isinstance(out_dims[1], str) and out_dims[1] != "time"
+    rasr = check_rasr(path)
+    assert rasr.ok and rasr.roles() == ["encoder"]   # T' != T: not a feature scorer
+
+
+def test_named_forward_arguments_and_int64_lengths(tmp_path):
+    inputs, outputs = named_specs(torch.int64)
+    model = NamedArgs().train()                       # dropout must be off during export
+    report = onnx_compat.export(model, str(tmp_path / "n.onnx"), inputs, outputs, exporter="torchscript")
+    assert [v["dtype"] for v in report.inputs] == ["float", "int64"]
+    assert model.training and model.drop.training     # restored
+    rasr = check_rasr(str(tmp_path / "n.onnx"))
+    assert any("int32" in f for f in rasr.findings)   # RASR wants int32 lengths
+
+
+class NoLengthsBack(nn.Module):
+    def forward(self, data, lengths):
+        return data * mask_of(data, lengths)[..., None]
+
+
+def _io(out_dims=None, out_dtype=torch.float32, out_lengths=(1,)):
+    batch, time = Dim("batch"), Dim("time")
+    return ([TensorSpec("data", [batch, time, 3], lengths=[1])],
+            [TensorSpec("output", out_dims or [batch, time, 3], dtype=out_dtype, lengths=out_lengths)])
+
+
+@pytest.mark.parametrize("case, error, match", [
+    ("not a module", TypeError, "nn.Module"),
+    ("exporter", ValueError, "unknown exporter 'onnx2'"),
+    ("forward arg", ValueError, "'speech'"),
+    ("lengths not returned", SpecError, "returned 1 tensor.*output:size1"),
+    ("rank", SpecError, "output 'output': declared rank 2"),
+    ("static size", SpecError, "output 'output' dim 2: declared static size 7, the model returned 3"),
+    ("dtype", SpecError, "output 'output': declared dtype torch.float16"),
+    ("path", ValueError, "does not exist"),
+])
+def test_bad_input_gets_one_clear_error_and_nothing_is_written(case, error, match, tmp_path):
+    model, (inputs, outputs) = NoLengthsBack(), _io(out_lengths=())
+    path = tmp_path / "m.onnx"
+    kwargs = {"exporter": "torchscript"}
+    if case == "not a module":
+        model = lambda data, lengths: data  # noqa: E731
+    elif case == "exporter":
+        kwargs["exporter"] = "onnx2"
+    elif case == "forward arg":
+        inputs = [TensorSpec("data", [Dim("batch"), Dim("time"), 3], lengths=[1], arg="speech", length_args={1: "lengths"})]
+    elif case == "lengths not returned":
+        outputs = _io()[1]
+    elif case == "rank":
+        outputs = _io(out_dims=[Dim("batch"), Dim("time")], out_lengths=())[1]
+    elif case == "static size":
+        outputs = _io(out_dims=[Dim("batch"), Dim("time"), 7], out_lengths=())[1]
+    elif case == "dtype":
+        outputs = _io(out_dtype=torch.float16, out_lengths=())[1]
+    elif case == "path":
+        path = tmp_path / "missing" / "m.onnx"
+    with pytest.raises(error, match=match):
+        onnx_compat.export(model, str(path), inputs, outputs, **kwargs)
+    assert os.listdir(tmp_path) == []
+
+
+def test_unspecified_output_dims_come_from_the_model(tmp_path):
+    inputs, outputs = _io(out_dims=[Dim("batch"), Dim("time"), None], out_lengths=())
+    report = onnx_compat.export(NoLengthsBack(), str(tmp_path / "m.onnx"), inputs, outputs, exporter="torchscript")
+    assert report.outputs[0]["dims"] == ["batch", "time", 3]
+
+
+class Cheater(nn.Module):
+    """Differs while exporting: verification must catch it with either exporter."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, data, lengths):
+        y = self.lin(data)
+        if torch.onnx.is_in_onnx_export():
+            y = y + 1.0
+        return y * mask_of(data, lengths)[..., None]
+
+
+def test_failed_verification_leaves_no_file_and_the_model_as_it_was(tmp_path):
+    model = Cheater().train()
+    model.lin.eval()                                  # mixed flags, as a user might have
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    path = tmp_path / "cheat.onnx"
+    with pytest.raises(ExportError) as info:
+        onnx_compat.export(model, str(path), *_io(out_lengths=()), exporter="auto")
+    assert "max abs err" in str(info.value)
+    for exporter in EXPORTERS:
+        assert f"{exporter}:" in str(info.value)
+    assert os.listdir(tmp_path) == []
+    assert model.training and not model.lin.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_torchscript_export_keeps_every_training_flag_and_parameter(tmp_path):
+    torch.manual_seed(0)
+    model = conv_demo.ConvDemo(features=6, hidden=8, classes=4).train()
+    model.convs[1].eval()
+    flags = [m.training for m in model.modules()]
+    params = {n: (p, p.detach().clone()) for n, p in model.named_parameters()}
+    inputs, outputs = conv_demo.io_specs(6, 4)
+    onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter="torchscript")
+    assert [m.training for m in model.modules()] == flags
+    assert all(p is params[n][0] and torch.equal(p, params[n][1]) for n, p in model.named_parameters())
+    # the vanilla exporter does not do this: it ends with model.train(root_flag)
+    torch.onnx.export(model, (torch.randn(2, 9, 6), torch.tensor([9, 5])), str(tmp_path / "v.onnx"), dynamo=False)
+    assert [m.training for m in model.modules()] != flags
+
+
+class Baked(nn.Module):
+    def forward(self, data, lengths):
+        scale = float(data.shape[-1]) ** -0.5     # a baked constant, harmless here (F is static)
+        return data * scale * mask_of(data, lengths)[..., None]
+
+
+def test_baked_constants_are_reported_and_strict_refuses_them(tmp_path):
+    inputs, outputs = _io(out_lengths=())
+    report = onnx_compat.export(Baked(), str(tmp_path / "b.onnx"), inputs, outputs, exporter="torchscript")
+    assert report.warnings["baked"] and "Python float" in report.warnings["baked"][0]
+    with pytest.raises(ExportError, match="strict"):
+        onnx_compat.export(Baked(), str(tmp_path / "s.onnx"), inputs, outputs, exporter="torchscript", strict=True)
+    assert not (tmp_path / "s.onnx").exists()
+
+
+class DataDependent(nn.Module):
+    def forward(self, data, lengths):
+        if bool(lengths.max() > 0):               # dynamo cannot guard on this; TorchScript bakes it
+            data = data * 2
+        return data * mask_of(data, lengths)[..., None]
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+def test_auto_falls_back_to_torchscript_and_says_why(tmp_path):
+    report = onnx_compat.export(DataDependent(), str(tmp_path / "d.onnx"), *_io(out_lengths=()), exporter="auto")
+    assert report.exporter == "torchscript" and "fallback" in report.why
+    failed = [a for a in report.attempts if not a.ok]
+    assert [a.exporter for a in failed] == ["dynamo"] and "data-dependent" in failed[0].error
+
+
+class BakesTime(nn.Module):
+    def forward(self, data):
+        return data.reshape(data.shape[0], 37 * 3).reshape(data.shape[0], 37, 3) * 2
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+def test_a_dynamic_dim_that_comes_back_static_is_an_error(tmp_path):
+    batch, time = Dim("batch"), Dim("time")
+    inputs = [TensorSpec("data", [batch, time, 3])]
+    outputs = [TensorSpec("output", [batch, time, 3])]
+    with pytest.raises(ExportError, match=r"'data' dim 1 \('time'\) was requested dynamic but is 37"):
+        onnx_compat.export(BakesTime(), str(tmp_path / "x.onnx"), inputs, outputs, exporter="dynamo")
+
+
+def test_user_metadata_is_kept(demo, tmp_path):
+    path = str(tmp_path / "m.onnx")
+    onnx_compat.export(demo["model"], path, demo["inputs"], demo["outputs"], exporter="torchscript",
+                       metadata={"model_type": "conv_demo", "vocab_size": "32"})
+    meta = onnx_compat.inspect(path)["metadata"]
+    assert meta["model_type"] == "conv_demo" and meta["vocab_size"] == "32" and "torch.version" in meta

@@ -1,0 +1,67 @@
+"""Specs, names and example inputs."""
+import pytest
+import torch
+
+from onnx_compat import Dim, TensorSpec
+from onnx_compat.spec import dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
+
+from models import NamedArgs, subsample_specs
+
+
+def test_size_names_follow_the_convention():
+    spec = TensorSpec("data", [Dim("batch"), Dim("time"), 40], lengths=[1])
+    assert size_name("data", 1) == "data:size1"
+    assert spec.onnx_names == ["data", "data:size1"]
+    assert spec.describe()["lengths"] == {"data:size1": "int32"}
+
+
+def test_example_inputs_lengths_differ_and_the_longest_is_full():
+    inputs, _ = subsample_specs()
+    sizes = dim_sizes(inputs)
+    assert sizes["batch"] >= 2 and sizes["time"] >= 2
+    feeds = make_inputs(inputs, sizes, seed=3)
+    assert list(feeds) == ["data", "data:size1"]
+    lengths = feeds["data:size1"]
+    assert lengths.dtype == torch.int32 and lengths.shape == (sizes["batch"],)
+    assert int(lengths.max()) == sizes["time"] and len(set(lengths.tolist())) > 1
+    assert int(lengths.min()) >= 8  # Dim min
+    again = make_inputs(inputs, sizes, seed=3)
+    assert torch.equal(again["data"], feeds["data"])           # seeded
+
+
+def test_example_sizes_respect_overrides_and_bounds():
+    inputs = [TensorSpec("audio", [Dim("batch"), Dim("samples", min=400, max=1000)], lengths=[1])]
+    assert dim_sizes(inputs)["samples"] == 800
+    assert dim_sizes(inputs, {"samples": 5000})["samples"] == 1000
+    with pytest.raises(ValueError, match="min"):
+        Dim("t", min=0)
+
+
+def test_verification_sizes_are_new_and_include_batch_one():
+    inputs, _ = subsample_specs()
+    example = dim_sizes(inputs)
+    shapes = verification_sizes(inputs, example)
+    assert len(shapes) >= 3 and shapes[0]["batch"] == 1
+    assert all(s != example for s in shapes)
+    assert any(s["time"] < example["time"] for s in shapes) and any(s["time"] > example["time"] for s in shapes)
+
+
+def test_bad_specs_are_refused_with_their_names():
+    with pytest.raises(ValueError, match="axis 1 has lengths, so it must be a Dim"):
+        TensorSpec("data", [Dim("batch"), 40], lengths=[1])
+    with pytest.raises(ValueError, match="not a non-batch axis"):
+        TensorSpec("data", [Dim("batch"), Dim("t")], lengths=[0])
+    with pytest.raises(ValueError, match="lengths_dtype"):
+        TensorSpec("data", [Dim("batch"), Dim("t")], lengths=[1], lengths_dtype=torch.float32)
+
+
+def test_forward_arguments_checks_names():
+    model = NamedArgs()
+    spec = TensorSpec("data", [Dim("batch"), Dim("time"), 6], lengths=[1], arg="feats", length_args={1: "feature_lengths"})
+    with pytest.raises(ValueError, match="'feats'.*does not have"):
+        forward_arguments(model, [spec])
+    ok = TensorSpec("data", [Dim("batch"), Dim("time"), 6], lengths=[1], arg="features", length_args={1: "feature_lengths"})
+    assert forward_arguments(model, [ok]) == [("data", "features"), ("data:size1", "feature_lengths")]
+    too_many = [TensorSpec("a", [Dim("batch"), 2]), TensorSpec("b", [Dim("batch"), 2]), TensorSpec("c", [Dim("batch"), 2])]
+    with pytest.raises(ValueError, match="3 inputs"):
+        forward_arguments(model, too_many)
