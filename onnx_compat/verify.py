@@ -51,6 +51,7 @@ def session(model: Union[str, os.PathLike, onnx.ModelProto], threads: int = 1) -
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    opts.log_severity_level = 4  # failures are raised and reported by us, not logged twice
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 

@@ -14,11 +14,11 @@ from ..spec import Dim, TensorSpec
 
 
 class ConvDemo(nn.Module):
-    def __init__(self, features: int = 40, hidden: int = 64, classes: int = 32, kernel: int = 5, dilations=(1, 1, 1)):
+    def __init__(self, features: int = 40, hidden: int = 64, classes: int = 32, kernels=(5, 5, 5), dilations=(1, 1, 1)):
         super().__init__()
-        dims = [features] + [hidden] * len(dilations)
-        self.convs = nn.ModuleList(
-            nn.Conv1d(i, o, kernel, padding="same", dilation=d) for i, o, d in zip(dims, dims[1:], dilations))
+        dims = [features] + [hidden] * len(kernels)
+        self.convs = nn.ModuleList(nn.Conv1d(i, o, k, padding="same", dilation=d)
+                                   for i, o, k, d in zip(dims, dims[1:], kernels, dilations))
         self.out = nn.Linear(hidden, classes)
 
     def forward(self, data: torch.Tensor, lengths: torch.Tensor):
@@ -42,3 +42,12 @@ def build(features: int = 40, classes: int = 32, seed: int = 0):
     torch.manual_seed(seed)
     inputs, outputs = io_specs(features, classes)
     return {"model": ConvDemo(features, classes=classes).eval(), "inputs": inputs, "outputs": outputs}
+
+
+def build_hard(features: int = 40, classes: int = 32, seed: int = 0):
+    """The stack vanilla TorchScript export gets wrong: an even kernel (asymmetric
+    "same") and dilations 2 and 3 (ONNX Runtime refuses auto_pad with dilation)."""
+    torch.manual_seed(seed)
+    inputs, outputs = io_specs(features, classes)
+    model = ConvDemo(features, classes=classes, kernels=(4, 3, 4), dilations=(1, 2, 3)).eval()
+    return {"model": model, "inputs": inputs, "outputs": outputs}
