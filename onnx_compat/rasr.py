@@ -37,6 +37,24 @@ def _batch_ok(dim) -> bool:
     return isinstance(dim, str) or dim == 1
 
 
+def _sequence_rules(role: str, name: str, info: dict, last: str) -> List[str]:
+    """The rules features and output share: float32 ``[B, T, X]``, B symbolic or 1,
+    T symbolic, X (``last``) static."""
+    d, f = info["dims"], []
+    if info["dtype"] != "float":
+        f.append(f"{role} {name!r}: dtype must be float32, is {info['dtype']}")
+    if len(d) != 3:
+        f.append(f"{role} {name!r}: rank must be 3 [B, T, {last[0].upper()}], is {len(d)} {d}")
+        return f
+    if not _batch_ok(d[0]):
+        f.append(f"{role} {name!r}: batch dim must be symbolic or 1, is {d[0]}")
+    if not isinstance(d[1], str):
+        f.append(f"{role} {name!r}: time dim must be symbolic, is {d[1]}")
+    if not isinstance(d[2], int):
+        f.append(f"{role} {name!r}: {last} dim must be static, is {d[2]!r}")
+    return f
+
+
 def check_rasr(model: Union[str, os.PathLike, onnx.ModelProto], features: str = "data",
                features_size: Optional[str] = "data:size1", output: str = "output",
                feature_dim: Optional[int] = None) -> RasrCheck:
@@ -51,20 +69,10 @@ def check_rasr(model: Union[str, os.PathLike, onnx.ModelProto], features: str = 
     if feat is None:
         f.append(f"features: the graph has no input {features!r} (inputs: {list(inputs)})")
     else:
-        d = feat["dims"]
-        if feat["dtype"] != "float":
-            f.append(f"features {features!r}: dtype must be float32, is {feat['dtype']}")
-        if len(d) != 3:
-            f.append(f"features {features!r}: rank must be 3 [B, T, F], is {len(d)} {d}")
-        else:
-            if not _batch_ok(d[0]):
-                f.append(f"features {features!r}: batch dim must be symbolic or 1, is {d[0]}")
-            if not isinstance(d[1], str):
-                f.append(f"features {features!r}: time dim must be symbolic, is {d[1]}")
-            if not isinstance(d[2], int):
-                f.append(f"features {features!r}: feature dim must be static, is {d[2]!r}")
-            elif feature_dim is not None and d[2] != feature_dim:
-                f.append(f"features {features!r}: feature dim is {d[2]}, RASR's feature dim is {feature_dim}")
+        f += _sequence_rules("features", features, feat, "feature")
+        width = feat["dims"][2] if len(feat["dims"]) == 3 else None
+        if feature_dim is not None and isinstance(width, int) and width != feature_dim:
+            f.append(f"features {features!r}: feature dim is {width}, RASR's feature dim is {feature_dim}")
 
     if features_size is not None:
         size = inputs.get(features_size)
@@ -84,21 +92,8 @@ def check_rasr(model: Union[str, os.PathLike, onnx.ModelProto], features: str = 
     if out is None:
         f.append(f"output: the graph has no output {output!r} (outputs: {list(outputs)})")
     else:
-        d = out["dims"]
-        if out["dtype"] != "float":
-            f.append(f"output {output!r}: dtype must be float32, is {out['dtype']}")
-        if len(d) != 3:
-            f.append(f"output {output!r}: rank must be 3 [B, T', C], is {len(d)} {d}")
-        else:
-            if not _batch_ok(d[0]):
-                f.append(f"output {output!r}: batch dim must be symbolic or 1, is {d[0]}")
-            if not isinstance(d[2], int):
-                f.append(f"output {output!r}: class dim must be static, is {d[2]!r}")
-            if isinstance(d[1], str):
-                check.encoder = not f
-                check.feature_scorer = not f and feat is not None and len(feat["dims"]) == 3 and d[1] == feat["dims"][1]
-            else:
-                f.append(f"output {output!r}: time dim must be symbolic, is {d[1]}")
-    if f:
-        check.encoder = check.feature_scorer = False
+        f += _sequence_rules("output", output, out, "class")
+    if not f:
+        check.encoder = True
+        check.feature_scorer = out["dims"][1] == feat["dims"][1]
     return check
