@@ -56,7 +56,8 @@ def main() -> None:
             report = export(job["model"], os.path.join(tmp, f"{name}.onnx"), job["inputs"], job["outputs"],
                             exporter=name)
             shapes = ", ".join(f"B={c['sizes']['batch']}/T={c['sizes']['time']}" for c in report.verification)
-            print(f"   {'onnx_compat ' + name:22s} {report.nodes} nodes, auto_pad {len(report.auto_pad)}, "
+            before = f" ({report.nodes_before_cleanup} before cleanup)" if report.nodes_before_cleanup else ""
+            print(f"   {'onnx_compat ' + name:22s} {report.nodes} nodes{before}, auto_pad {len(report.auto_pad)}, "
                   f"verified at {shapes}, max abs err {report.max_abs_err:.2e}")
 
         print("\n2. the pipeline: classic demo (3x Conv1d k=5 same, lengths in and out), exporter=auto, RASR check")

@@ -17,6 +17,7 @@ import onnx
 import torch
 
 from . import __version__, exporters, graph
+from .cleanup import cleanup as clean_graph
 from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
 from .rasr import check_rasr
 from .report import Attempt, Report
@@ -60,7 +61,8 @@ def _first_line(exc: BaseException) -> str:
 def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str = "auto",
            sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
            strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
-           opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None) -> Report:
+           opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
+           cleanup: Optional[bool] = None) -> Report:
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
@@ -69,6 +71,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     named dims. ``strict``: baked-constant TracerWarnings and degenerate
     outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
     requires RASR's rules to hold. ``patches``: options for ``patched()``.
+    ``cleanup``: run onnxscript's optimizer and rewriter (default: for the
+    TorchScript exporter only; dynamo optimizes its own graph), then verify
+    again.
     """
     t_start = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
@@ -105,18 +110,18 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 report.warnings = {"baked": captured.baked, "other": captured.other}
                 if strict and captured.baked:
                     raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}")
-                problems = graph.static_where_dynamic(proto, _wanted_dynamic(inputs + outputs))
-                if problems:
-                    raise ExportError("; ".join(problems))
+                _check_dims(proto, inputs + outputs, "")
                 t1 = time.perf_counter()
                 report.timings[f"export_{name}"] = t1 - t0
                 if verify:
                     results = verify_model(proto, model, inputs, outputs, example=example, atol=atol, rtol=rtol,
                                            seed=seed + 1)
                     report.timings["verify"] = time.perf_counter() - t1
+                if cleanup if cleanup is not None else name == "torchscript":
+                    proto, results = _cleaned(proto, report, model, inputs, outputs, example, verify, atol, rtol, seed)
                 report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0))
                 break
-            except (VerificationError, ExportError, Exception) as exc:
+            except Exception as exc:
                 proto = None
                 report.attempts.append(Attempt(name, False, _first_line(exc), time.perf_counter() - t0))
                 if len(order) == 1:
@@ -149,6 +154,28 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     write_atomically(proto, target)
     report.timings["total"] = time.perf_counter() - t_start
     return report
+
+
+def _check_dims(proto, specs, stage: str) -> None:
+    problems = graph.static_where_dynamic(proto, _wanted_dynamic(specs))
+    if problems:
+        raise ExportError(stage + "; ".join(problems))
+
+
+def _cleaned(proto, report, model, inputs, outputs, example, verify, atol, rtol, seed):
+    """Cleanup, then the same checks again: a cleanup that changes numbers or dims is an error."""
+    t0 = time.perf_counter()
+    report.nodes_before_cleanup = len(proto.graph.node)
+    cleaned = clean_graph(proto)
+    _check_dims(cleaned, inputs + outputs, "cleanup lost a dynamic dim: ")
+    results = None
+    if verify:
+        try:
+            results = verify_model(cleaned, model, inputs, outputs, example=example, atol=atol, rtol=rtol, seed=seed + 1)
+        except VerificationError as exc:
+            raise ExportError(f"cleanup changed the model's outputs: {exc}") from exc
+    report.timings["cleanup"] = time.perf_counter() - t0
+    return cleaned, results
 
 
 def _rasr_names(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> dict:

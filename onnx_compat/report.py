@@ -24,6 +24,7 @@ class Report:
     inputs: List[dict] = field(default_factory=list)
     outputs: List[dict] = field(default_factory=list)
     nodes: int = 0
+    nodes_before_cleanup: Optional[int] = None
     ops: Dict[str, int] = field(default_factory=dict)
     auto_pad: List[str] = field(default_factory=list)
     verification: List[dict] = field(default_factory=list)
@@ -54,7 +55,9 @@ class Report:
             f"written     {self.path}",
             f"inputs      {io(self.inputs)}",
             f"outputs     {io(self.outputs)}",
-            f"graph       {self.nodes} nodes, opset {self.opset.get('ai.onnx')}, auto_pad {len(self.auto_pad)}, "
+            f"graph       {self.nodes} nodes"
+            + (f" ({self.nodes_before_cleanup} before cleanup)" if self.nodes_before_cleanup else "")
+            + f", opset {self.opset.get('ai.onnx')}, auto_pad {len(self.auto_pad)}, "
             f"top ops {dict(list(self.ops.items())[:5])}",
         ]
         for check in self.verification:

@@ -1,0 +1,49 @@
+"""Graph cleanup with onnxscript's optimizer and rewrite rules.
+
+The TorchScript exporter leaves constant shape arithmetic that the dynamo
+exporter folds itself; an asymmetric ``F.pad`` becomes a ~17-node subgraph
+around one ``Pad``. onnxscript's maintained passes fold the constants
+(``ConstantOfShape`` too, which it keeps by default: the pad subgraph starts
+from one), remove no-ops, and fuse the ``Pad`` into the ``Conv`` as explicit
+pads. The pipeline verifies again afterwards: cleanup must not change numbers
+or dims.
+"""
+from __future__ import annotations
+
+import onnx
+from onnxscript import ir, optimizer, rewriter
+from onnxscript.rewriter.rules import common as rules
+
+# ConstantOfShape outputs larger than this stay in the graph (no bloated initializers).
+_MAX_FOLDED_ELEMENTS = 4096
+
+
+def _fold_small_constant_of_shape(node: "ir.Node"):
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+        return None  # the optimizer's own rules decide
+    shape = node.inputs[0].const_value if node.inputs and node.inputs[0] is not None else None
+    if shape is None:
+        return None
+    count = 1
+    for n in shape.numpy().reshape(-1).tolist():
+        count *= int(n)
+    return count <= _MAX_FOLDED_ELEMENTS
+
+
+def _rules():
+    base = list(getattr(rewriter, "_DEFAULT_REWRITE_RULES", ()))
+    extra = [getattr(rules, name) for name in ("normalize_pad_format_conv_rule", "fuse_pad_into_conv_rule")
+             if hasattr(rules, name)]
+    return base + [r for r in extra if r not in base]
+
+
+def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A cleaned copy of ``proto``: constants folded, no-ops removed, Pad fused into Conv."""
+    model = ir.serde.deserialize_model(proto)
+    optimizer.fold_constants(model, should_fold=_fold_small_constant_of_shape)
+    optimizer.optimize(model)
+    model = rewriter.rewrite(model, _rules())
+    out = ir.serde.serialize_model(model)
+    del out.metadata_props[:]
+    out.metadata_props.extend(proto.metadata_props)
+    return out

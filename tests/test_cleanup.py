@@ -1,0 +1,67 @@
+"""Cleanup keeps numbers and dims, folds the pad subgraph, and refuses to change a model."""
+import importlib
+
+import onnx
+import pytest
+import torch
+
+import onnx_compat
+from onnx_compat import ExportError
+from onnx_compat.cleanup import cleanup
+from onnx_compat.models import conv_demo
+
+from helpers import EXPORTERS
+
+export_mod = importlib.import_module("onnx_compat.export")  # the module, not the function of the same name
+
+
+@pytest.fixture(scope="module")
+def hard():
+    return conv_demo.build_hard()
+
+
+def test_pad_subgraph_is_fused_and_numbers_kept(hard, tmp_path):
+    report = onnx_compat.export(hard["model"], str(tmp_path / "t.onnx"), hard["inputs"], hard["outputs"],
+                                exporter="torchscript")
+    assert report.nodes_before_cleanup > report.nodes
+    assert "Pad" not in report.ops and report.ops["Conv"] == 3
+    assert all(c["ok"] for c in report.verification)         # verified after cleanup
+    assert report.inputs[0]["dims"] == ["batch", "time", 40]
+    meta = {p.key for p in onnx.load(str(tmp_path / "t.onnx")).metadata_props}
+    assert "onnx_compat.exporter" in meta                     # cleanup keeps metadata
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+def test_cleaned_torchscript_has_the_dynamo_node_count(hard, tmp_path):
+    ts = onnx_compat.export(hard["model"], str(tmp_path / "t.onnx"), hard["inputs"], hard["outputs"],
+                            exporter="torchscript")
+    dy = onnx_compat.export(hard["model"], str(tmp_path / "d.onnx"), hard["inputs"], hard["outputs"],
+                            exporter="dynamo", cleanup=True)
+    assert ts.nodes == dy.nodes and all(c["ok"] for c in dy.verification)
+
+
+def _break_numbers(proto):
+    out = cleanup(proto)
+    for init in out.graph.initializer:
+        if init.name.endswith("bias"):
+            arr = onnx.numpy_helper.to_array(init) + 1.0
+            init.CopyFrom(onnx.numpy_helper.from_array(arr, init.name))
+            break
+    return out
+
+
+def _lose_dim(proto):
+    out = cleanup(proto)
+    dim = out.graph.input[0].type.tensor_type.shape.dim[1]
+    dim.dim_value = 37
+    return out
+
+
+@pytest.mark.parametrize("bad, match", [(_break_numbers, "cleanup changed the model's outputs"),
+                                        (_lose_dim, "cleanup lost a dynamic dim")])
+def test_a_cleanup_that_changes_the_model_is_an_error(bad, match, hard, tmp_path, monkeypatch):
+    monkeypatch.setattr(export_mod, "clean_graph", bad)
+    with pytest.raises(ExportError, match=match):
+        onnx_compat.export(hard["model"], str(tmp_path / "x.onnx"), hard["inputs"], hard["outputs"],
+                           exporter="torchscript")
+    assert not (tmp_path / "x.onnx").exists()
