@@ -25,7 +25,7 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", action="store_true")
     args = p.parse_args(argv)
-    layers, width, t, runs = (2, 8, 20, 5) if args.tiny else (12, 256, 200, 200)
+    layers, width, t, runs = (2, 8, 20, 5) if args.tiny else (12, 256, 200, 100)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = ConvDemo(features=80, hidden=width, classes=64, kernels=(31,) * layers, dilations=(1,) * layers).eval()
