@@ -17,7 +17,6 @@ import onnx
 import torch
 
 from . import __version__, exporters, graph
-from .cleanup import cleanup as clean_graph
 from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
 from .rasr import check_rasr
 from .report import Attempt, Report
@@ -154,6 +153,12 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     write_atomically(proto, target)
     report.timings["total"] = time.perf_counter() - t_start
     return report
+
+
+def clean_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Imported on use: the patch layer works where onnxscript is not installed (torch 2.0 envs)."""
+    from .cleanup import cleanup
+    return cleanup(proto)
 
 
 def _check_dims(proto, specs, stage: str) -> None:
