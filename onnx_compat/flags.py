@@ -29,11 +29,6 @@ def dynamo_exporting() -> bool:
     return _is_exporting is not None and _is_exporting()
 
 
-def tracing() -> bool:
-    """``torch.jit.trace`` (on its own or inside the TorchScript exporter) is running."""
-    return bool(_is_tracing())
-
-
 def torchscript_exporting() -> bool:
     """The TorchScript exporter is tracing, or a plain ``jit.trace`` when asked for."""
     if not _is_tracing():

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import torch
 
 from .io_adapter import IOAdapter, flatten
-from .spec import TensorSpec, forward_arguments, make_inputs, size_name, verification_sizes
+from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
 
 class VerificationError(AssertionError):
@@ -137,7 +137,6 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     except Exception as exc:
         raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
     if sizes is None:
-        from .spec import dim_sizes
         sizes = verification_sizes(inputs, example or dim_sizes(inputs))
     was_training = [m.training for m in model.modules()]
     reference = IOAdapter(model, forward_arguments(model, inputs), outputs).eval()
