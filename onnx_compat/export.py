@@ -100,7 +100,6 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         with torch.no_grad():
             returned = flatten(adapter(*args))
         outputs = check_outputs(returned, outputs, example)
-        adapter = IOAdapter(model, pairs, outputs)
         proto, results = None, None
         for name in order:
             t0 = time.perf_counter()
