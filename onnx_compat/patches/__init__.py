@@ -1,2 +1,3 @@
 """Patch families. Importing this package registers every family."""
 from . import conv  # noqa: F401
+from . import attention  # noqa: F401

@@ -1,0 +1,132 @@
+"""Attention: ``nn.MultiheadAttention``, the Transformer layers and SDPA.
+
+Three patches, each for a failure measured on torch 2.13 (export facts §3):
+
+``mha_in_projection`` (TorchScript exporter)
+    ``F._in_projection_packed`` splits the packed q/k/v projection with
+    ``unflatten(-1, (3, E))``; the tracer records the full view shape, so the
+    sequence length of the example is baked into a Reshape and the model fails
+    at any other T, silently at export time. ``chunk`` splits on the last axis
+    only and traces as a Split.
+``mha_fastpath_off`` (either exporter)
+    Under ``no_grad``/``inference_mode`` MHA and ``TransformerEncoder(Layer)``
+    take a fused fast path (``_native_multi_head_attention``,
+    ``_transformer_encoder_layer_fwd``, nested tensors) that has no ONNX
+    export. While exporting, ``torch.backends.mha.get_fastpath_enabled()``
+    answers False; the user's setting itself is never written, so there is
+    nothing to restore.
+``sdpa_math`` (either exporter)
+    ``F.scaled_dot_product_attention`` written out as matmul/softmax/matmul.
+    The dynamo exporter's decomposition of SDPA fails on float masks built from
+    the input ("Cannot view a tensor with shape ..."), and answers a row whose
+    keys are all masked with a uniform average where eager PyTorch gives 0; the
+    TorchScript exporter has no ``enable_gqa``. The written-out form has none
+    of these problems. Eager SDPA outside an export is untouched.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..registry import Patch, register
+
+
+def in_projection_packed(wrapped, instance, args, kwargs):
+    """``F._in_projection_packed`` with ``chunk`` instead of ``unflatten``."""
+    q, k, v, w, *rest = args
+    b = rest[0] if rest else kwargs.get("b")
+    if k is v and q is k:
+        return [t.contiguous() for t in F.linear(q, w, b).chunk(3, dim=-1)]
+    if k is v:
+        E = w.shape[1]
+        w_q, w_kv = w.split([E, E * 2])
+        b_q, b_kv = (None, None) if b is None else b.split([E, E * 2])
+        k_proj, v_proj = F.linear(k, w_kv, b_kv).chunk(2, dim=-1)
+        return [F.linear(q, w_q, b_q), k_proj.contiguous(), v_proj.contiguous()]
+    return wrapped(*args, **kwargs)  # three separate linears: nothing baked
+
+
+def fastpath_disabled(wrapped, instance, args, kwargs):
+    return False
+
+
+_SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+
+
+def _bind_sdpa(args, kwargs):
+    if len(args) > len(_SDPA_PARAMS) or any(k not in _SDPA_PARAMS for k in kwargs):
+        return None
+    bound = dict(_SDPA_DEFAULTS)
+    bound.update(zip(_SDPA_PARAMS, args))
+    bound.update(kwargs)
+    if any(p not in bound for p in _SDPA_PARAMS[:3]):
+        return None
+    return bound
+
+
+def math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False):
+    """SDPA as eager PyTorch defines it, in ops both exporters translate."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    if enable_gqa:
+        repeats = query.shape[-3] // key.shape[-3]  # head counts: model constants
+        key = key.repeat_interleave(repeats, dim=-3)
+        value = value.repeat_interleave(repeats, dim=-3)
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+    if is_causal:
+        L, S = query.shape[-2], key.shape[-2]
+        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)
+    if attn_mask is not None:
+        # A row with every key masked is 0 in eager PyTorch (softmax alone gives NaN).
+        none_left = scores.amax(dim=-1, keepdim=True) == float("-inf")
+        weights = weights.masked_fill(none_left, 0.0)
+    if dropout_p > 0.0:
+        weights = torch.dropout(weights, dropout_p, True)
+    return torch.matmul(weights, value)
+
+
+def sdpa_wrapper(wrapped, instance, args, kwargs):
+    b = _bind_sdpa(args, kwargs)
+    if b is None or (b["is_causal"] and b["attn_mask"] is not None):
+        return wrapped(*args, **kwargs)  # let PyTorch raise its own error
+    return math_attention(**b)
+
+
+register(Patch(
+    name="mha_in_projection",
+    description="nn.MultiheadAttention / TransformerEncoderLayer keep the sequence length dynamic "
+                "under the TorchScript exporter (no T baked into a Reshape of the packed in-projection)",
+    targets=("torch.nn.functional:_in_projection_packed",),
+    wrapper=in_projection_packed,
+    when="torchscript",
+    aliases=False,
+))
+
+register(Patch(
+    name="mha_fastpath_off",
+    description="MHA/Transformer fast path off while exporting, so no_grad/inference_mode exports do not "
+                "hit _native_multi_head_attention, _transformer_encoder_layer_fwd or nested tensors",
+    targets=("torch.backends.mha:get_fastpath_enabled",),
+    wrapper=fastpath_disabled,
+    when="export",
+    aliases=False,
+))
+
+register(Patch(
+    name="sdpa_math",
+    description="F.scaled_dot_product_attention as explicit matmul/softmax: dynamo exports float masks "
+                "built from the input, fully masked rows give 0 as in eager, enable_gqa works under TorchScript",
+    targets=("torch.nn.functional:scaled_dot_product_attention",),
+    wrapper=sdpa_wrapper,
+    when="export",
+))
