@@ -77,7 +77,7 @@ def main(argv=None):
                 latency = "ORT fails (" + str(exc).split(":")[-1].strip()[:40] + ")"
             rows.append((name, label, latency, len(proto.graph.node), f"{secs:.2f}s"))
     print(f"torch {torch.__version__}, 1 ONNX Runtime thread, median of {runs} runs, input {'tiny' if args.tiny else 'B=1, C=256, T=500 (2-D: 64x48x48)'}")
-    print(f"| stack | path | ORT latency vs dynamo native | nodes | export time |")
+    print("| stack | path | ORT latency vs dynamo native | nodes | export time |")
     print("|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(v) for v in row) + " |")

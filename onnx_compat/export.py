@@ -9,7 +9,6 @@ nothing is written unless every step passed.
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -21,7 +20,7 @@ from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
 from .rasr import check_rasr
 from .report import Attempt, Report
 from .safety import check_writable, preserved, write_atomically
-from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs, size_name
+from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs
 from .verify import VerificationError, verify as verify_model
 
 
@@ -34,27 +33,6 @@ def _as_specs(specs, what: str) -> List[TensorSpec]:
     if not specs or not all(isinstance(s, TensorSpec) for s in specs):
         raise TypeError(f"{what} must be a TensorSpec or a non-empty list of TensorSpec")
     return specs
-
-
-def _wanted_dynamic(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, str]]:
-    out: Dict[str, Dict[int, str]] = {}
-    for spec in specs:
-        axes = {a: d.name for a, d in spec.dynamic_axes().items()}
-        out[spec.name] = axes
-        for axis in spec.lengths:
-            out[size_name(spec.name, axis)] = {0: axes[0]} if 0 in axes else {}
-    return out
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _first_line(exc: BaseException) -> str:
-    """The root cause in one line: exporters wrap the real error in a generic one."""
-    while exc.__cause__ is not None and type(exc).__name__ in ("TorchExportError", "ConversionError", "OnnxExporterError"):
-        exc = exc.__cause__
-    text = _ANSI.sub("", str(exc)).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str = "auto",
@@ -121,9 +99,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 break
             except Exception as exc:
                 proto = None
-                report.attempts.append(Attempt(name, False, _first_line(exc), time.perf_counter() - t0))
+                report.attempts.append(Attempt(name, False, exporters.error_line(exc), time.perf_counter() - t0))
                 if len(order) == 1:
-                    raise ExportError(f"{name} export failed: {_first_line(exc)}") from exc
+                    raise ExportError(f"{name} export failed: {exporters.error_line(exc)}") from exc
         if proto is None:
             raise ExportError("no exporter produced a verified model: " +
                               "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts))
@@ -161,7 +139,7 @@ def clean_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _check_dims(proto, specs, stage: str) -> None:
-    problems = graph.static_where_dynamic(proto, _wanted_dynamic(specs))
+    problems = graph.static_where_dynamic(proto, exporters.wanted_dynamic(specs))
     if problems:
         raise ExportError(stage + "; ".join(problems))
 

@@ -77,6 +77,28 @@ def _axes(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, Dim]]:
     return out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_WRAPPERS = ("TorchExportError", "ConversionError", "OnnxExporterError")
+
+
+def error_line(exc: BaseException) -> str:
+    """The root cause in one line: exporters wrap the real error in a generic one
+    whose message starts with a banner; the cause is the ``<class 'X'>: ...`` line."""
+    while exc.__cause__ is not None and type(exc).__name__ in _WRAPPERS:
+        exc = exc.__cause__
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("<class '") and "'>: " in line:
+            kind, _, message = line.partition("'>: ")
+            return f"{kind[len('<class '):].split('.')[-1]}: {message}"
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def wanted_dynamic(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, str]]:
+    """``{onnx_name: {axis: dim_name}}`` of every dim the specs want dynamic."""
+    return {name: {a: d.name for a, d in axes.items()} for name, axes in _axes(specs).items()}
+
+
 def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec], opset: Optional[int] = None,
         patch_options: Optional[dict] = None) -> Tuple[onnx.ModelProto, Captured]:
@@ -100,7 +122,7 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
 
 
 def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
-    axes = {name: {a: d.name for a, d in ax.items()} for name, ax in {**_axes(inputs), **_axes(outputs)}.items()}
+    axes = wanted_dynamic(list(inputs) + list(outputs))
     extra = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/model.onnx"
@@ -114,7 +136,10 @@ def _dynamo(model, args, inputs, outputs, opset) -> onnx.ModelProto:
 
     def torch_dim(dim: Dim):
         if dim.name not in dims:
-            dims[dim.name] = torch.export.Dim(dim.name, min=dim.min, **({"max": dim.max} if dim.max else {}))
+            k = dim.multiple
+            limits = {"min": -(-dim.min // k), **({"max": dim.max // k} if dim.max else {})}
+            base = torch.export.Dim(dim.name if k == 1 else f"{dim.name}_div{k}", **limits)
+            dims[dim.name] = base if k == 1 else k * base
         return dims[dim.name]
 
     in_axes = _axes(inputs)
@@ -122,14 +147,15 @@ def _dynamo(model, args, inputs, outputs, opset) -> onnx.ModelProto:
     program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=(shapes,), opset_version=opset,
                                 input_names=_onnx_names(inputs), output_names=_onnx_names(outputs), verbose=False)
     proto = program.model_proto
-    _name_output_dims(proto, outputs)
+    _name_dims(proto, inputs, outputs)
     return proto
 
 
-def _name_output_dims(proto: onnx.ModelProto, outputs: Sequence[TensorSpec]) -> None:
-    """Give symbolic output dims the names the spec declares (dynamo derives its own)."""
-    by_name = {v.name: v for v in proto.graph.output}
-    for name, axes in _axes(outputs).items():
+def _name_dims(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
+    """Give symbolic dims the names the spec declares (dynamo derives its own for
+    outputs, and writes ``10*samples_div10`` for a ``Dim(multiple=10)``)."""
+    by_name = {v.name: v for v in list(proto.graph.input) + list(proto.graph.output)}
+    for name, axes in _axes(list(inputs) + list(outputs)).items():
         value = by_name.get(name)
         if value is None:
             continue

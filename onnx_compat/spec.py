@@ -17,18 +17,27 @@ import torch
 
 @dataclass(frozen=True)
 class Dim:
-    """A dynamic dim, named in the ONNX graph. ``example`` is its export size."""
+    """A dynamic dim, named in the ONNX graph. ``example`` is its export size.
+
+    ``multiple``: the size is always a multiple of this (raw audio through a
+    strided feature extractor). The dynamo exporter is told so; without it,
+    torch.export may guard on floor divisions it cannot prove and specialise
+    the dim. Example and verification sizes are rounded up to a multiple.
+    """
 
     name: str
     min: int = 1
     max: Optional[int] = None
     example: Optional[int] = None
+    multiple: int = 1
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"Dim needs a non-empty name, got {self.name!r}")
         if self.min < 1 or (self.max is not None and self.max < self.min):
             raise ValueError(f"Dim {self.name!r}: need 1 <= min <= max, got min={self.min}, max={self.max}")
+        if not isinstance(self.multiple, int) or self.multiple < 1:
+            raise ValueError(f"Dim {self.name!r}: multiple must be a positive int, got {self.multiple!r}")
 
 
 DimLike = Union[Dim, int, None]  # None: an output dim taken from what the model returns
@@ -130,7 +139,10 @@ def dim_sizes(inputs: Sequence[TensorSpec], overrides: Mapping[str, int] = (), s
 
 def _clamp(dim: Dim, size: int) -> int:
     size = max(size, dim.min)
-    return min(size, dim.max) if dim.max is not None else size
+    size = -(-size // dim.multiple) * dim.multiple
+    if dim.max is not None and size > dim.max:
+        size = dim.max // dim.multiple * dim.multiple
+    return size
 
 
 def make_inputs(inputs: Sequence[TensorSpec], sizes: Mapping[str, int], seed: int = 0,

@@ -3,7 +3,6 @@ import importlib
 
 import onnx
 import pytest
-import torch
 
 import onnx_compat
 from onnx_compat import ExportError

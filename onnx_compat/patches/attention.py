@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import Patch, register
+from ._static import static_ints
 
 
 def in_projection_packed(wrapped, instance, args, kwargs):
@@ -71,9 +72,10 @@ def math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
                    enable_gqa=False):
     """SDPA as eager PyTorch defines it, in ops both exporters translate."""
     if scale is None:
-        scale = 1.0 / math.sqrt(query.shape[-1])
+        scale = 1.0 / math.sqrt(static_ints(query.shape[-1:])[0])  # head width: a model constant
     if enable_gqa:
-        repeats = query.shape[-3] // key.shape[-3]  # head counts: model constants
+        q_heads, kv_heads = static_ints((query.shape[-3], key.shape[-3]))
+        repeats = q_heads // kv_heads
         key = key.repeat_interleave(repeats, dim=-3)
         value = value.repeat_interleave(repeats, dim=-3)
     scores = torch.matmul(query, key.transpose(-2, -1)) * scale

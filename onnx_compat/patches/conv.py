@@ -12,13 +12,11 @@ reaches here with a string: the module pre-pads and passes 0.
 """
 from __future__ import annotations
 
-import warnings
-
-import torch
 import torch.nn.functional as F
 
 from ..padding import as_tuple, f_pad_arg, is_symmetric, same_pads, symmetric_padding
 from ..registry import Patch, register
+from ._static import static_ints
 
 _PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 _DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
@@ -38,15 +36,6 @@ def _bind(args, kwargs):
     return bound
 
 
-def _static_kernel(weight):
-    """The kernel size as ints. While tracing, sizes are tensors and ``int()``
-    warns of a baked constant; the pads ONNX Conv takes are static anyway, just
-    as PyTorch derives "same" from the weight's shape."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        return tuple(int(k) for k in weight.shape[2:])
-
-
 def explicit_conv(wrapped, instance, args, kwargs):
     """Call ``wrapped`` (an ``F.convNd``) with string padding made explicit."""
     b = _bind(args, kwargs)
@@ -63,7 +52,7 @@ def explicit_conv(wrapped, instance, args, kwargs):
     if padding == "valid":
         padding = 0
     elif padding == "same" and all(s == 1 for s in stride):
-        pads = same_pads(_static_kernel(weight), dilation, ndim)
+        pads = same_pads(static_ints(weight.shape[2:]), dilation, ndim)  # ONNX pads are static, as PyTorch's
         if is_symmetric(pads):
             padding = symmetric_padding(pads)
         else:

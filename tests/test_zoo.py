@@ -1,0 +1,84 @@
+"""The acceptance zoo: every model exports and verifies through onnx_compat.export,
+and vanilla torch.onnx.export fails where the patches say it does."""
+import os
+from collections import Counter
+
+import pytest
+import torch
+
+from onnx_compat import check_rasr, export
+from onnx_compat.models.zoo import ZOO
+from onnx_compat.vanilla import export_proto, vanilla_export
+
+from helpers import EXPORTERS, HAS_DYNAMO
+
+pytestmark = pytest.mark.zoo
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("conformer")
+
+# What vanilla torch 2.13 does with each model (stage of the first failure, see
+# onnx_compat.vanilla.Outcome) and which exporter "auto" ends up with.
+EXPECTED = {
+    "transformers LasrEncoder": ("ok", "ok", "dynamo"),
+    "transformers SeamlessM4TSpeechEncoder": ("ok", "export", "dynamo"),
+    "transformers Wav2Vec2ConformerModel": ("ok", "export", "dynamo"),
+    "transformers ParakeetEncoder": ("ok", "export", "dynamo"),
+    "transformers WhisperEncoder": ("ok", "ok", "dynamo"),
+    "transformers FastSpeech2ConformerHifiGan": ("ok", "ok", "dynamo"),
+    "lucidrains conformer.Conformer": ("ok", "ok", "dynamo"),
+    "onnx_compat Conformer (tiny)": ("ok", "export", "dynamo"),
+    "onnx_compat conv demo": ("ok", "ok", "dynamo"),
+    "onnx_compat BLSTM": ("ok", "export", "torchscript"),
+}
+WHY = {  # the error text of each expected vanilla failure
+    "export": {"Seamless": "Cannot view a tensor", "Wav2Vec2": "Cannot view a tensor",
+               "Parakeet": "Cannot view a tensor", "Conformer (tiny)": "Cannot view a tensor",
+               "BLSTM": "zeros(): argument 'size'"},
+}
+
+
+def test_every_zoo_model_has_an_expectation():
+    assert set(EXPECTED) == set(ZOO)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", list(ZOO))
+def test_vanilla_outcome_is_as_recorded(name, exporter):
+    if exporter == "dynamo" and not HAS_DYNAMO:
+        pytest.skip("no dynamo exporter in this torch")
+    job = ZOO[name]()
+    outcome = vanilla_export(job["model"], job["inputs"], job["outputs"], exporter)
+    expected = EXPECTED[name][0 if exporter == "torchscript" else 1]
+    assert outcome.stage == expected, str(outcome)
+    for key, text in WHY.get(outcome.stage, {}).items():
+        if key in name:
+            assert text in outcome.detail
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_onnx_compat_exports_and_verifies(name, tmp_path):
+    job = ZOO[name]()
+    model = job["model"]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    path = str(tmp_path / "model.onnx")
+    report = export(model, path, job["inputs"], job["outputs"], exporter="auto")
+    assert report.exporter == EXPECTED[name][2], report.summary()
+    assert len(report.verification) == 3 and all(c["ok"] for c in report.verification)
+    assert {c["sizes"]["batch"] for c in report.verification} >= {1}
+    assert not report.degenerate, report.summary()
+    assert report.max_abs_err < 1e-4
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert os.path.getsize(path) > 0
+    rasr = check_rasr(path)
+    if name.startswith("onnx_compat"):
+        assert rasr.ok, rasr.findings
+        assert ("feature-scorer" in rasr.roles()) == ("Conformer" not in name)  # 4x subsampling: encoder only
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_lucidrains_conformer_is_unchanged_by_the_patches(exporter):
+    """The control: no string padding, no SDPA, so patched and vanilla graphs hold the same ops."""
+    job = ZOO["lucidrains conformer.Conformer"]()
+    ops = [Counter(n.op_type for n in export_proto(job["model"], job["inputs"], job["outputs"], exporter,
+                                                    patches=p).graph.node) for p in (False, True)]
+    assert ops[0] == ops[1] and sum(ops[0].values()) > 50
