@@ -17,7 +17,7 @@ setup(
         "wrapt",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer"],
     },
     entry_points={"console_scripts": ["onnx-compat=onnx_compat.cli:main"]},
 )

@@ -6,6 +6,7 @@ shapes). The answer is one line a table can hold.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -43,6 +44,16 @@ def _stage(message: str) -> str:
     return "run" if "ONNX Runtime run failed" in message else "numbers"
 
 
+def _verification_detail(message: str) -> str:
+    """ONNX Runtime's own words, without the sizes prefix and the source path."""
+    sizes = re.match(r"at sizes (\{[^}]*\}): ", message)
+    message = message[sizes.end():] if sizes else message
+    if "Status Message: " in message:
+        message = message.split("Status Message: ", 1)[1]
+        message = re.sub(r"^\S+\.(cc|h):\d+ (\S+ )?", "", message)
+    return f"{message} (at {sizes.group(1)})" if sizes else message
+
+
 def _short(text: str, limit: int = 110) -> str:
     line = text.strip().splitlines()[0] if text.strip() else text
     return line if len(line) <= limit else line[:limit - 3] + "..."
@@ -68,7 +79,7 @@ def vanilla_export(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs
     try:
         verify(proto, model, inputs, outputs, example=example, seed=seed + 1)
     except VerificationError as exc:
-        return Outcome(_stage(str(exc)), _short(str(exc).split(": ", 1)[-1]), nodes)
+        return Outcome(_stage(str(exc)), _short(_verification_detail(str(exc))), nodes)
     return Outcome("ok", nodes=nodes)
 
 
