@@ -37,6 +37,7 @@ class Patch:
     ``optional`` targets may be missing from older torch versions.
     ``aliases``: also rebind module-level aliases of the targets in loaded
     non-torch modules (``from torch.nn.functional import conv1d``).
+    ``requires``: patches this one cannot work without; selecting it selects them.
     """
 
     name: str
@@ -46,6 +47,7 @@ class Patch:
     when: str = "export"
     optional: Sequence[str] = ()
     aliases: bool = True
+    requires: Sequence[str] = ()
     # runtime state, owned by the registry
     _count: int = field(default=0, repr=False)
     _changes: Optional[Changes] = field(default=None, repr=False)
@@ -121,7 +123,8 @@ def _own_value(owner, attr):
 
 
 def _skip_for_aliases(module_name: str) -> bool:
-    return module_name == "torch" or module_name.startswith(("torch.", __package__ + "."))
+    # our own patch code is skipped; our bundled models are user code and get rebound
+    return module_name == "torch" or module_name.startswith(("torch.", __package__ + ".patches"))
 
 
 def _apply(patch: Patch) -> None:
@@ -215,7 +218,17 @@ def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> 
     else:
         chosen = [n for n in known if not _REGISTRY[n].missing()]
     drop = set(exclude or ())
-    return tuple(n for n in chosen if n not in drop)
+    chosen = [n for n in chosen if n not in drop]
+    needed, todo = set(chosen), list(chosen)
+    while todo:
+        name = todo.pop()
+        for dep in _REGISTRY[name].requires:
+            if dep in drop:
+                raise ValueError(f"patched(): {name!r} needs {dep!r}, which exclude= removes")
+            if dep not in needed:
+                needed.add(dep)
+                todo.append(dep)
+    return tuple(n for n in known if n in needed)
 
 
 def _acquire(names: Sequence[str]) -> None:

@@ -28,7 +28,7 @@ EXPECTED = {
     "lucidrains conformer.Conformer": ("ok", "ok", "dynamo"),
     "onnx_compat Conformer (tiny)": ("ok", "export", "dynamo"),
     "onnx_compat conv demo": ("ok", "ok", "dynamo"),
-    "onnx_compat BLSTM": ("ok", "export", "torchscript"),
+    "onnx_compat BLSTM": ("ok", "export", "dynamo"),
 }
 WHY = {  # the error text of each expected vanilla failure
     "export": {"Seamless": "Cannot view a tensor", "Wav2Vec2": "Cannot view a tensor",

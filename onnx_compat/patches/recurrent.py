@@ -1,0 +1,231 @@
+"""Recurrent layers under the dynamo exporter: LSTM/GRU with a dynamic time dim, packed sequences.
+
+torch.export traces ``nn.LSTM``/``nn.GRU`` through their composite
+implementation, one step per frame of the example: the time length is baked
+(time-first RNNs fail at any other T, batch-first ones bake T into any later
+shape use) and a second RNN export in the same process fails ("inferred a
+static shape"). ``pack_padded_sequence`` does not trace at all ("zeros(): ...
+got FakeTensor").
+
+``rnn_dynamic_time`` routes both modules through one ``torch.library`` custom
+op whose fake implementation keeps T symbolic; ``patched()`` hands
+``torch.onnx.export`` a translation of that op to ONNX ``LSTM``/``GRU`` nodes
+(``onnx_translations``). ``packed_sequences`` turns ``pack_padded_sequence`` ->
+RNN -> ``pad_packed_sequence`` into the padded tensor plus lengths while
+exporting; ONNX's ``sequence_lens`` then gives what packing gives: outputs at
+valid frames, zeros at padded frames, the backward direction starting at each
+sequence's own end, and ``h_n`` *and* ``c_n`` taken at each sequence's last
+valid frame. ``pad_packed_sequence`` without ``total_length`` returns the
+input's T (PyTorch returns max(lengths); the two agree when the longest
+sequence fills the batch, as RASR feeds it).
+
+Unsupported, with an error at export time: ``LSTM(proj_size>0)`` and unbatched
+(2-D) input.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import PackedSequence
+
+from ..registry import Patch, register
+
+_MODES = {"LSTM": torch._VF.lstm, "GRU": torch._VF.gru}
+
+
+def _run_eager(x, lengths, hx, params, mode, num_layers, bidirectional, batch_first, has_biases):
+    fn = _MODES[mode]
+    state = hx if mode == "LSTM" else hx[0]
+    if lengths is None:
+        y, *states = fn(x, state, params, has_biases, num_layers, 0.0, False, bidirectional, batch_first)
+    else:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths.cpu().long(), batch_first=batch_first,
+                                                         enforce_sorted=False)
+        order = packed.sorted_indices
+        state = [h.index_select(1, order) for h in hx] if mode == "LSTM" else state.index_select(1, order)
+        data, *states = fn(packed.data, packed.batch_sizes, state, params, has_biases, num_layers, 0.0, False,
+                           bidirectional)
+        out = PackedSequence(data, packed.batch_sizes, order, packed.unsorted_indices)
+        y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=batch_first, total_length=x.shape[int(batch_first)])
+        states = [s.index_select(1, packed.unsorted_indices) for s in states]
+    h = states[0]
+    c = states[1] if mode == "LSTM" else h.clone()
+    return y, h, c
+
+
+def _fake(x, hx, params, bidirectional):
+    hidden = hx[0].shape[-1]
+    y = x.new_empty(x.shape[0], x.shape[1], (2 if bidirectional else 1) * hidden)
+    return y, hx[0].new_empty(hx[0].shape), hx[-1].new_empty(hx[-1].shape)
+
+
+_EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
+_DYNAMO_DEFAULT = _EXPORT_PARAMS["dynamo"].default if "dynamo" in _EXPORT_PARAMS else False
+# torch.library.custom_op (torch >= 2.4) and the translation table (dynamo exporter) are both needed.
+SUPPORTED = hasattr(torch.library, "custom_op") and "custom_translation_table" in _EXPORT_PARAMS
+_custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
+
+
+@_custom_op("onnx_compat::rnn", mutates_args=())
+def rnn_op(x: Tensor, hx: List[Tensor], params: List[Tensor], mode: str, num_layers: int, bidirectional: bool,
+           batch_first: bool, has_biases: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """``nn.LSTM``/``nn.GRU`` (``mode``) over a padded batch, as one op."""
+    return _run_eager(x, None, hx, params, mode, num_layers, bidirectional, batch_first, has_biases)
+
+
+@_custom_op("onnx_compat::rnn_packed", mutates_args=())
+def rnn_packed_op(x: Tensor, lengths: Tensor, hx: List[Tensor], params: List[Tensor], mode: str, num_layers: int,
+                  bidirectional: bool, batch_first: bool, has_biases: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """As ``rnn``, over sequences of ``lengths`` (what packing computes)."""
+    return _run_eager(x, lengths, hx, params, mode, num_layers, bidirectional, batch_first, has_biases)
+
+
+if SUPPORTED:
+    @rnn_op.register_fake
+    def _rnn_fake(x, hx, params, mode, num_layers, bidirectional, batch_first, has_biases):
+        return _fake(x, hx, params, bidirectional)
+
+    @rnn_packed_op.register_fake
+    def _rnn_packed_fake(x, lengths, hx, params, mode, num_layers, bidirectional, batch_first, has_biases):
+        return _fake(x, hx, params, bidirectional)
+
+
+class Padded:
+    """What ``pack_padded_sequence`` returns while exporting: the padded batch and its lengths."""
+
+    def __init__(self, data: Tensor, lengths: Tensor, batch_first: bool):
+        self.data, self.lengths, self.batch_first = data, lengths, batch_first
+
+
+_refusals: List[str] = []
+
+
+def _refuse(message: str):
+    """Raise, and remember it: torch.onnx.export may catch the error and retry another way
+    (which would bake the time dim); ``_with_translations`` raises it again afterwards."""
+    _refusals.append(message)
+    raise NotImplementedError(message)
+
+
+def _bind(fn, args, kwargs):
+    return inspect.signature(fn).bind(*args, **kwargs).arguments
+
+
+def rnn_forward(wrapped, instance, args, kwargs):
+    """``LSTM.forward``/``GRU.forward`` through the custom op."""
+    mode = "LSTM" if isinstance(instance, torch.nn.LSTM) else "GRU"
+    bound = _bind(wrapped, args, kwargs)
+    data, hx = bound.get("input"), bound.get("hx")
+    name = f"{mode}({instance.input_size}, {instance.hidden_size})"
+    if getattr(instance, "proj_size", 0):
+        _refuse(f"onnx_compat: {name} with proj_size={instance.proj_size} has no ONNX LSTM equivalent; "
+                "export it without proj_size")
+    if isinstance(data, PackedSequence):
+        return wrapped(*args, **kwargs)  # packed by other means than pack_padded_sequence
+    lengths = None
+    if isinstance(data, Padded):
+        x, lengths, batch_first = data.data, data.lengths, data.batch_first
+    else:
+        x, batch_first = data, instance.batch_first
+        if x.dim() != 3:
+            _refuse(f"onnx_compat: {name} with unbatched {x.dim()}-D input cannot export with a dynamic time "
+                    "dim; add a batch dim")
+    directions = 2 if instance.bidirectional else 1
+    batch = x.shape[0] if batch_first else x.shape[1]
+    if hx is None:
+        zeros = x.new_zeros(instance.num_layers * directions, batch, instance.hidden_size)
+        hx = (zeros, zeros) if mode == "LSTM" else zeros
+    states = list(hx) if mode == "LSTM" else [hx]
+    common = (states, list(instance._flat_weights), mode, instance.num_layers, instance.bidirectional, batch_first,
+              instance.bias)
+    if lengths is None:
+        y, h, c = torch.ops.onnx_compat.rnn(x, *common)
+    else:
+        y, h, c = torch.ops.onnx_compat.rnn_packed(x, torch.as_tensor(lengths).to(x.device), *common)
+        y = Padded(y, lengths, batch_first)
+    return (y, (h, c)) if mode == "LSTM" else (y, h)
+
+
+def pack_padded(wrapped, instance, args, kwargs):
+    bound = _bind(wrapped, args, kwargs)
+    return Padded(bound["input"], torch.as_tensor(bound["lengths"]), bound.get("batch_first", False))
+
+
+def pad_packed(wrapped, instance, args, kwargs):
+    bound = _bind(wrapped, args, kwargs)
+    sequence = bound["sequence"]
+    if not isinstance(sequence, Padded):
+        return wrapped(*args, **kwargs)
+    batch_first, padding_value = bound.get("batch_first", False), bound.get("padding_value", 0.0)
+    total_length: Optional[int] = bound.get("total_length")
+    y = sequence.data if sequence.batch_first == batch_first else sequence.data.transpose(0, 1)
+    time_axis = 1 if batch_first else 0
+    if total_length is not None and total_length > y.shape[time_axis]:
+        pad = [0, 0] * (y.dim() - 1 - time_axis) + [0, total_length - y.shape[time_axis]]
+        y = torch.nn.functional.pad(y, pad)
+    if padding_value != 0.0:
+        steps = torch.arange(y.shape[time_axis], device=y.device)
+        valid = steps[None, :] < sequence.lengths.to(y.device)[:, None]  # [B, T]
+        valid = valid if batch_first else valid.transpose(0, 1)
+        y = y.masked_fill(~valid[..., None], padding_value)
+    return y, sequence.lengths.long()
+
+
+def translations() -> dict:
+    """Our custom ops -> their ONNX translations (onnxscript imported on use)."""
+    from .. import rnn_onnx
+    return {torch.ops.onnx_compat.rnn.default: rnn_onnx.rnn,
+            torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed}
+
+
+def _with_translations(wrapped, instance, args, kwargs):
+    """``torch.onnx.export`` with our custom ops' translations added to the caller's table;
+    a patch's refusal is raised even when the exporter swallowed it and retried."""
+    if not kwargs.get("dynamo", _DYNAMO_DEFAULT):
+        return wrapped(*args, **kwargs)
+    kwargs["custom_translation_table"] = {**translations(), **(kwargs.get("custom_translation_table") or {})}
+    del _refusals[:]
+    try:
+        result = wrapped(*args, **kwargs)
+    except Exception as exc:
+        if _refusals:
+            raise NotImplementedError(_refusals[0]) from exc
+        raise
+    if _refusals:
+        raise NotImplementedError(_refusals[0])
+    return result
+
+
+if SUPPORTED:
+    register(Patch(
+        name="onnx_translations",
+        description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops "
+                    "(added to the caller's custom_translation_table)",
+        targets=("torch.onnx:export",),
+        wrapper=_with_translations,
+        when="always",
+        aliases=False,
+    ))
+    register(Patch(
+        name="rnn_dynamic_time",
+        description="nn.LSTM/nn.GRU export with a dynamic time dim under dynamo (one ONNX LSTM/GRU per layer "
+                    "instead of T unrolled steps; repeated exports work); proj_size is a clear error",
+        targets=("torch.nn.modules.rnn:LSTM.forward", "torch.nn.modules.rnn:GRU.forward"),
+        wrapper=rnn_forward,
+        when="dynamo",
+        aliases=False,
+        requires=("onnx_translations",),
+    ))
+    register(Patch(
+        name="packed_sequences",
+        description="pack_padded_sequence -> LSTM/GRU -> pad_packed_sequence exports under dynamo "
+                    "(ONNX sequence_lens: zeros at padded frames, h_n/c_n per sequence)",
+        targets=("torch.nn.utils.rnn:pack_padded_sequence", "torch.nn.utils.rnn:pad_packed_sequence"),
+        wrapper=lambda wrapped, instance, args, kwargs: (
+            pack_padded if wrapped.__name__ == "pack_padded_sequence" else pad_packed)(wrapped, instance, args, kwargs),
+        when="dynamo",
+        requires=("rnn_dynamic_time",),
+    ))
