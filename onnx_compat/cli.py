@@ -1,4 +1,4 @@
-"""``onnx-compat export | verify | inspect``: one step of a pipeline.
+"""``onnx-compat export | verify | inspect | repair``: one step of a pipeline.
 
 Exit 0 on success; otherwise one line on stderr naming what went wrong and a
 non-zero code (1 for a failed export or check, 2 for bad usage).
@@ -15,10 +15,14 @@ import json
 import sys
 from typing import List, Optional
 
+import onnx
+
 from .export import export
 from .graph import inspect
 from .rasr import check_rasr
-from .verify import verify
+from .repair import repair_int_types
+from .safety import check_writable, write_atomically
+from .verify import session, verify
 
 
 class UsageError(Exception):
@@ -91,8 +95,26 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--features", default="data")
     i.add_argument("--features-size", default="data:size1")
     i.add_argument("--output", default="output")
+    i.add_argument("--dynamic", action="append", metavar="NAME:AXIS",
+                   help="a dim meant to be dynamic (default: from onnx_compat's metadata)")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    r = sub.add_parser("repair", help="cast int32 operands of int64 shape arithmetic so the model loads")
+    r.add_argument("onnx")
+    r.add_argument("--out", required=True, help="the repaired .onnx file to write")
     return p
+
+
+def _dynamic(items: Optional[List[str]]):
+    if not items:
+        return None
+    wanted: dict = {}
+    for item in items:
+        name, sep, axis = item.rpartition(":")
+        if not sep or not name or not axis.isdigit():
+            raise UsageError(f"--dynamic {item!r}: expected NAME:AXIS, e.g. data:1")
+        wanted.setdefault(name, {})[int(axis)] = f"{name}:{axis}"
+    return wanted
 
 
 def _inspect_text(info: dict) -> str:
@@ -104,6 +126,7 @@ def _inspect_text(info: dict) -> str:
     lines += [f"meta     {k} = {v}" for k, v in info["metadata"].items()]
     rasr = info["rasr"]
     lines.append("rasr     " + ("ok, fits " + "/".join(rasr["roles"]) if rasr["ok"] else "; ".join(rasr["findings"])))
+    lines += [f"finding  {f}" for f in info["findings"]]
     return "\n".join(lines)
 
 
@@ -126,8 +149,14 @@ def run(argv: Optional[List[str]] = None) -> int:
                 json.dump([r.to_dict() for r in results], fh, indent=2)
         for r in results:
             print(f"ok  {r.sizes}  " + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+    elif args.command == "repair":
+        proto = onnx.load(args.onnx)
+        fixed, done = repair_int_types(proto)
+        session(fixed)  # loads now, or raises with ONNX Runtime's reason
+        write_atomically(fixed, check_writable(args.out))
+        print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
     else:
-        info = inspect(args.onnx)
+        info = inspect(args.onnx, dynamic=_dynamic(args.dynamic))
         info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
                                   output=args.output).to_dict()
         print(json.dumps(info, indent=2) if args.json else _inspect_text(info))

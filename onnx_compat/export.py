@@ -18,6 +18,7 @@ import torch
 from . import __version__, exporters, graph
 from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
 from .rasr import check_rasr
+from .repair import repair_int_types
 from .report import Attempt, Report
 from .safety import check_writable, preserved, write_atomically
 from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs
@@ -83,6 +84,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
             t0 = time.perf_counter()
             try:
                 proto, captured = exporters.run(name, adapter, args, inputs, outputs, opset, patches)
+                proto, report.repairs = repair_int_types(proto)
                 report.warnings = {"baked": captured.baked, "other": captured.other}
                 if strict and captured.baked:
                     raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}")
@@ -125,7 +127,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         if not check.ok:
             raise ExportError("RASR would refuse this model: " + "; ".join(check.findings))
     summary = graph.inspect(proto)
-    for key in ("opset", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata"):
+    for key in ("opset", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
         setattr(report, key, summary[key])
     write_atomically(proto, target)
     report.timings["total"] = time.perf_counter() - t_start

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
-from typing import Dict, List, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import onnx
+from onnx import numpy_helper
 
 DTYPES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
 
@@ -32,8 +34,63 @@ def auto_pad_nodes(proto: onnx.ModelProto) -> List[str]:
             if any(a.name == "auto_pad" and a.s not in (b"", b"NOTSET") for a in n.attribute)]
 
 
-def inspect(model: Union[str, os.PathLike, onnx.ModelProto]) -> dict:
-    """A summary of ``model``: opset, I/O, node count, op histogram, auto_pad, metadata."""
+_SENTINEL = 2 ** 63 - 1  # INT64_MAX: what open-ended slices (x[a:]) export as
+
+
+def sentinel_constants(proto: onnx.ModelProto) -> List[str]:
+    """Small int64 constants holding +-(2^63-1), each with the ops that use it.
+
+    Harmless in ONNX Runtime, but some runtimes and converters overflow on them
+    (int32 backends, TensorRT), and they mark a slice whose end the exporter did
+    not know."""
+    consumers: Dict[str, List[str]] = collections.defaultdict(list)
+    for node in proto.graph.node:
+        for name in node.input:
+            consumers[name].append(f"{node.op_type} {node.name!r}" if node.name else node.op_type)
+    tensors = [(t.name, t) for t in proto.graph.initializer]
+    tensors += [(n.output[0], a.t) for n in proto.graph.node if n.op_type == "Constant"
+                for a in n.attribute if a.name == "value"]
+    found = []
+    for name, tensor in tensors:
+        if tensor.data_type != onnx.TensorProto.INT64 or _numel(tensor) > 64:
+            continue
+        values = numpy_helper.to_array(tensor).ravel().tolist()
+        hits = sorted({v for v in values if abs(v) >= _SENTINEL})
+        if hits:
+            users = ", ".join(consumers.get(name, [])) or "no op"
+            found.append(f"int64 sentinel {hits} in constant {name!r}, used by {users}")
+    return found
+
+
+def _numel(tensor: onnx.TensorProto) -> int:
+    n = 1
+    for d in tensor.dims:
+        n *= d
+    return n
+
+
+def declared_dynamic(proto: onnx.ModelProto) -> Dict[str, Dict[int, str]]:
+    """The dims onnx_compat's metadata says were meant to be dynamic (``{}`` without metadata)."""
+    meta = {p.key: p.value for p in proto.metadata_props}
+    wanted: Dict[str, Dict[int, str]] = {}
+    for key in ("onnx_compat.inputs", "onnx_compat.outputs"):
+        for spec in json.loads(meta.get(key, "[]")):
+            wanted[spec["name"]] = {a: d for a, d in enumerate(spec["dims"]) if isinstance(d, str)}
+    return wanted
+
+
+def findings(proto: onnx.ModelProto, dynamic: Optional[Mapping[str, Mapping[int, str]]] = None) -> List[str]:
+    """What deserves a look: deprecated auto_pad, int64 sentinels, dims static that were meant
+    to be dynamic (``dynamic``: ``{io_name: {axis: dim_name}}``; default: from the metadata)."""
+    out = [f"{n}: deprecated auto_pad (ONNX Runtime refuses it with dilation > 1)" for n in auto_pad_nodes(proto)]
+    out += sentinel_constants(proto)
+    out += static_where_dynamic(proto, dict(dynamic) if dynamic is not None else declared_dynamic(proto))
+    return out
+
+
+def inspect(model: Union[str, os.PathLike, onnx.ModelProto],
+            dynamic: Optional[Mapping[str, Mapping[int, str]]] = None) -> dict:
+    """A summary of ``model``: opset, I/O, node count, op histogram, auto_pad, metadata, findings."""
     proto = load(model)
     return {
         "opset": {imp.domain or "ai.onnx": imp.version for imp in proto.opset_import},
@@ -43,6 +100,7 @@ def inspect(model: Union[str, os.PathLike, onnx.ModelProto]) -> dict:
         "ops": op_histogram(proto),
         "auto_pad": auto_pad_nodes(proto),
         "metadata": {p.key: p.value for p in proto.metadata_props},
+        "findings": findings(proto, dynamic),
     }
 
 

@@ -27,6 +27,8 @@ class Report:
     nodes_before_cleanup: Optional[int] = None
     ops: Dict[str, int] = field(default_factory=dict)
     auto_pad: List[str] = field(default_factory=list)
+    findings: List[str] = field(default_factory=list)
+    repairs: List[str] = field(default_factory=list)
     verification: List[dict] = field(default_factory=list)
     max_abs_err: Optional[float] = None
     degenerate: List[str] = field(default_factory=list)
@@ -66,6 +68,8 @@ class Report:
         for attempt in self.attempts:
             if not attempt.ok:
                 lines.append(f"not used    {attempt.exporter}: {attempt.error}")
+        lines += [f"repaired    {r}" for r in self.repairs]
+        lines += [f"finding     {f}" for f in self.findings]
         for w in self.warnings.get("baked", []):
             lines.append(f"baked?      {w}")
         if self.degenerate:

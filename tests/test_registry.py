@@ -254,3 +254,20 @@ def test_changes_undo_in_reverse_and_inherited_attributes():
     assert Child.attr == "base" and "attr" not in vars(Child)
     with pytest.raises(AttributeError):
         changes.setattr(Child, "no_such_attr", 1)
+
+
+def test_requires_selects_dependencies_and_refuses_to_exclude_them():
+    if "packed_sequences" not in onnx_compat.available_patches():
+        pytest.skip("this torch has no custom ops / translation table")
+    assert set(onnx_compat.patched(only=["packed_sequences"]).names) == {
+        "packed_sequences", "rnn_dynamic_time", "onnx_translations"}
+    with pytest.raises(ValueError, match="needs 'onnx_translations'"):
+        onnx_compat.patched(exclude=["onnx_translations"])
+
+
+def test_every_patch_says_what_it_fixes():
+    """The README's patch table lists each of these names."""
+    with open(__file__.rsplit("/tests/", 1)[0] + "/README.md", encoding="utf-8") as f:
+        readme = f.read()
+    for name in onnx_compat.available_patches():
+        assert f"`{name}`" in readme, name
