@@ -28,10 +28,24 @@ _INT64_ONLY = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape":
 _INTS = {TensorProto.INT32, TensorProto.INT64}
 
 
+def _without_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The graph with initializers declared as inputs: type inference without copying weights."""
+    light = onnx.ModelProto(ir_version=proto.ir_version)
+    light.opset_import.extend(proto.opset_import)
+    g = light.graph
+    g.node.extend(proto.graph.node)
+    g.input.extend(proto.graph.input)
+    g.output.extend(proto.graph.output)
+    declared = {v.name for v in proto.graph.input}
+    g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in proto.graph.initializer if t.name not in declared)
+    return light
+
+
 def _types(proto: onnx.ModelProto) -> Dict[str, int]:
-    inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    inferred = onnx.shape_inference.infer_shapes(_without_weights(proto), strict_mode=False)
     g = inferred.graph
-    out = {i.name: i.data_type for i in g.initializer}
+    out = {i.name: i.data_type for i in proto.graph.initializer}
     for v in list(g.input) + list(g.output) + list(g.value_info):
         if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
             out[v.name] = v.type.tensor_type.elem_type
@@ -58,15 +72,19 @@ def _mixed(node, types) -> List[int]:
 
 
 def repair_int_types(proto: onnx.ModelProto, max_rounds: int = 20) -> Tuple[onnx.ModelProto, List[str]]:
-    """A copy of ``proto`` with int32 inputs of mixed-type ops cast to int64, and what was cast.
+    """``proto`` with int32 inputs of mixed-type ops cast to int64 (a copy; ``proto``
+    itself when there is nothing to cast), and what was cast.
 
     Rounds repeat because a repaired node's output type becomes known only then.
     """
+    types = _types(proto)
+    if not any(_mixed(node, types) for node in proto.graph.node):
+        return proto, []
     fixed = onnx.ModelProto()
     fixed.CopyFrom(proto)
     done: List[str] = []
-    for _ in range(max_rounds):
-        types = _types(fixed)
+    for round_ in range(max_rounds):
+        types = types if round_ == 0 else _types(fixed)
         nodes, changed = [], False
         for k, node in enumerate(fixed.graph.node):
             for i in _mixed(node, types):

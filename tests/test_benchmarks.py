@@ -5,7 +5,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
 import eager_overhead  # noqa: E402
+import export_cost  # noqa: E402
 import padding_paths  # noqa: E402
+import zoo_report  # noqa: E402
 
 from helpers import HAS_DYNAMO  # noqa: E402
 import pytest  # noqa: E402
@@ -23,3 +25,19 @@ def test_padding_paths_smoke(capsys):
 
 def test_eager_overhead_smoke():
     assert eager_overhead.main(["--tiny"]) > 0
+
+
+def test_export_cost_smoke(capsys):
+    rows = export_cost.main(["--tiny", "--runs", "1"])
+    assert [r[0] for r in rows][:2] == ["patch overhead", "pipeline cost"]
+    assert all(float(r[2].rstrip("x")) > 0 for r in rows)
+    assert "| ratio |" in capsys.readouterr().out
+
+
+def test_zoo_report_writes_the_readme_table(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- zoo:begin -->\nold\n<!-- zoo:end -->\noutro\n")
+    rows = zoo_report.main(["--only", "onnx_compat conv demo", "--write", str(readme)])
+    text = readme.read_text()
+    assert len(rows) == 1 and "old" not in text and text.startswith("intro") and text.endswith("outro\n")
+    assert "| onnx_compat conv demo | ok (" in text and "fits feature-scorer/encoder" in text
