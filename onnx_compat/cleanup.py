@@ -16,6 +16,8 @@ from onnxscript.rewriter.rules import common as rules
 
 # ConstantOfShape outputs larger than this stay in the graph (no bloated initializers).
 _MAX_FOLDED_ELEMENTS = 4096
+# Constant subgraphs over weights up to this size are folded (16 M elements, 64 MB float32).
+_MAX_WEIGHT_ELEMENTS = 1 << 24
 
 
 def _fold_small_constant_of_shape(node: "ir.Node"):
@@ -39,7 +41,9 @@ def _rules():
 def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A cleaned copy of ``proto``: constants folded, no-ops removed, Pad fused into Conv."""
     model = ir.serde.deserialize_model(proto)
-    optimizer.fold_constants(model, should_fold=_fold_small_constant_of_shape)
+    # Weight-sized inputs too: the RNN translation reorders LSTM/GRU gates of constant weights.
+    optimizer.fold_constants(model, should_fold=_fold_small_constant_of_shape, input_size_limit=_MAX_WEIGHT_ELEMENTS,
+                             output_size_limit=_MAX_WEIGHT_ELEMENTS)
     optimizer.optimize(model, num_iterations=1)  # a second round finds nothing more here, at twice the cost
     model = rewriter.rewrite(model, _rules())
     out = ir.serde.serialize_model(model)

@@ -50,9 +50,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     named dims. ``strict``: baked-constant TracerWarnings and degenerate
     outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
     requires RASR's rules to hold. ``patches``: options for ``patched()``.
-    ``cleanup``: run onnxscript's optimizer and rewriter (default: for the
-    TorchScript exporter only; dynamo optimizes its own graph), then verify
-    again.
+    ``cleanup``: run onnxscript's optimizer and rewriter, then verify (default:
+    TorchScript exports, and dynamo exports holding LSTM/GRU nodes; dynamo
+    optimizes the rest of its graphs itself).
     """
     t_start = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
@@ -94,7 +94,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 report.timings[f"export_{name}"] = t1 - t0
                 check = functools.partial(verify_model, model=model, inputs=inputs, outputs=outputs,
                                           example=example, atol=atol, rtol=rtol, seed=seed + 1)
-                if cleanup if cleanup is not None else name == "torchscript":
+                if _wants_cleanup(cleanup, name, proto):
                     proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None)
                 elif verify:
                     results = check(proto)
@@ -146,6 +146,14 @@ def _check_dims(proto, specs, stage: str) -> None:
     problems = graph.static_where_dynamic(proto, exporters.wanted_dynamic(specs))
     if problems:
         raise ExportError(stage + "; ".join(problems))
+
+
+def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProto) -> bool:
+    """Default: TorchScript exports, and dynamo exports with recurrent nodes (the gate
+    reordering of our LSTM/GRU translation folds away); dynamo optimizes the rest itself."""
+    if cleanup is not None:
+        return cleanup
+    return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
 
 
 def _cleaned(proto, report, specs, check):

@@ -9,6 +9,7 @@ import contextlib
 import inspect
 import io
 import logging
+import os
 import re
 import tempfile
 import warnings
@@ -31,7 +32,16 @@ _BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"
 # Noise every export raises; nothing the user can act on.
 _NOISE = re.compile(r"legacy TorchScript-based ONNX export|Constant folding - Only steps=1|"
                     r"LeafSpec|torchvision is not installed|Exporting a model while it is in training mode|"
-                    r"Using padding='same' with even kernel|create_rename_mapping|is deprecated")
+                    r"Using padding='same' with even kernel|create_rename_mapping")
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _noise(record: warnings.WarningMessage) -> bool:
+    """Exporter chatter, and torch's own deprecation notices (a user's deprecations are kept)."""
+    if _NOISE.search(str(record.message)):
+        return True
+    return issubclass(record.category, (DeprecationWarning, FutureWarning)) and \
+        os.path.abspath(record.filename or "").startswith(_TORCH_DIR)
 
 
 @dataclass
@@ -46,7 +56,7 @@ class Captured:
         if issubclass(record.category, torch.jit.TracerWarning) and _BAKED.search(str(record.message)):
             if text not in self.baked:
                 self.baked.append(text)
-        elif not _NOISE.search(str(record.message)) and text not in self.other:
+        elif not _noise(record) and text not in self.other:
             self.other.append(text)
 
 

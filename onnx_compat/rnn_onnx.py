@@ -17,20 +17,23 @@ from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 _GATE_ORDER = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}
 
 
-def _reorder(w, mode: str):
-    parts = op.Split(w, axis=0, num_outputs=len(_GATE_ORDER[mode]))
-    return op.Concat(*[parts[i] for i in _GATE_ORDER[mode]], axis=0)
+def _reorder(w, mode: str, hidden: int):
+    """Gate blocks of ``hidden`` rows in ONNX order. Slices, not one Split: constant
+    folding handles single-output ops, so the reordering of constant weights folds away."""
+    parts = [op.Slice(w, [g * hidden], [(g + 1) * hidden], [0]) for g in _GATE_ORDER[mode]]
+    return op.Concat(*parts, axis=0)
 
 
-def _layer_weights(params, first: int, directions: int, has_biases: bool, mode: str):
+def _layer_weights(params, first: int, directions: int, has_biases: bool, mode: str, hidden: int):
     per_direction = 4 if has_biases else 2
     W, R, B = [], [], []
     for d in range(directions):
         base = first + d * per_direction
-        W.append(op.Unsqueeze(_reorder(params[base], mode), [0]))
-        R.append(op.Unsqueeze(_reorder(params[base + 1], mode), [0]))
+        W.append(op.Unsqueeze(_reorder(params[base], mode, hidden), [0]))
+        R.append(op.Unsqueeze(_reorder(params[base + 1], mode, hidden), [0]))
         if has_biases:
-            bias = op.Concat(_reorder(params[base + 2], mode), _reorder(params[base + 3], mode), axis=0)
+            bias = op.Concat(_reorder(params[base + 2], mode, hidden), _reorder(params[base + 3], mode, hidden),
+                             axis=0)
             B.append(op.Unsqueeze(bias, [0]))
     join = (lambda xs: op.Concat(*xs, axis=0)) if directions > 1 else (lambda xs: xs[0])
     return join(W), join(R), (join(B) if has_biases else None)
@@ -46,7 +49,7 @@ def _rnn(x, lengths, hx, params, mode: str, num_layers: int, bidirectional: bool
     per_layer = (4 if has_biases else 2) * directions
     h_out, c_out = [], []
     for layer in range(num_layers):
-        W, R, B = _layer_weights(params, layer * per_layer, directions, has_biases, mode)
+        W, R, B = _layer_weights(params, layer * per_layer, directions, has_biases, mode, hidden)
         h0 = op.Slice(hx[0], [layer * directions], [(layer + 1) * directions], [0])
         kwargs = dict(direction="bidirectional" if bidirectional else "forward", hidden_size=hidden)
         if mode == "LSTM":

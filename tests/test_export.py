@@ -208,3 +208,21 @@ def test_user_metadata_is_kept(demo, tmp_path):
                        metadata={"model_type": "conv_demo", "vocab_size": "32"})
     meta = onnx_compat.inspect(path)["metadata"]
     assert meta["model_type"] == "conv_demo" and meta["vocab_size"] == "32" and "torch.version" in meta
+
+
+@pytest.mark.filterwarnings("ignore:my_layer:DeprecationWarning")  # the eager forwards raise it too
+def test_a_users_own_deprecation_warning_is_kept_torchs_are_dropped(tmp_path):
+    import warnings
+
+    class Deprecating(Subsample):
+        def forward(self, data, lengths):
+            warnings.warn("my_layer() is deprecated, use my_new_layer()", DeprecationWarning)
+            return super().forward(data, lengths)
+
+    torch.manual_seed(0)
+    inputs, outputs = subsample_specs()
+    report = onnx_compat.export(Deprecating().eval(), str(tmp_path / "m.onnx"), inputs, outputs,
+                                exporter="torchscript")
+    kept = report.warnings["other"]
+    assert any("my_layer() is deprecated" in w for w in kept)
+    assert not any("/torch/" in w and "Deprecat" in w for w in kept)

@@ -21,7 +21,9 @@ Three patches, each for a failure measured on torch 2.13 (export facts §3):
     the input ("Cannot view a tensor with shape ..."), and answers a row whose
     keys are all masked with a uniform average where eager PyTorch gives 0; the
     TorchScript exporter has no ``enable_gqa``. The written-out form has none
-    of these problems. Eager SDPA outside an export is untouched.
+    of these problems. Under the TorchScript exporter it takes over only for
+    ``enable_gqa`` (that exporter's own SDPA is otherwise right, fully masked
+    rows included). Eager SDPA outside an export is untouched.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .. import flags
 from ..registry import Patch, register
 from ._static import static_ints
 
@@ -101,6 +104,8 @@ def sdpa_wrapper(wrapped, instance, args, kwargs):
     b = _bind_sdpa(args, kwargs)
     if b is None or (b["is_causal"] and b["attn_mask"] is not None):
         return wrapped(*args, **kwargs)  # let PyTorch raise its own error
+    if flags.torchscript_exporting() and not b["enable_gqa"]:
+        return wrapped(*args, **kwargs)  # the TorchScript exporter's own SDPA is right; keep its graph
     return math_attention(**b)
 
 
