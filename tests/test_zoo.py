@@ -61,8 +61,9 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
     model = job["model"]
     before = {k: v.clone() for k, v in model.state_dict().items()}
     path = str(tmp_path / "model.onnx")
-    report = export(model, path, job["inputs"], job["outputs"], exporter="auto")
+    report = export(model, path, job["inputs"], job["outputs"], exporter="auto", cleanup=True)
     assert report.exporter == EXPECTED[name][2], report.summary()
+    assert report.nodes <= report.nodes_before_cleanup  # cleanup kept numbers and dims (verified after it)
     assert len(report.verification) == 3 and all(c["ok"] for c in report.verification)
     assert {c["sizes"]["batch"] for c in report.verification} >= {1}
     assert not report.degenerate, report.summary()
@@ -73,6 +74,15 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
     if name.startswith("onnx_compat"):
         assert rasr.ok, rasr.findings
         assert ("feature-scorer" in rasr.roles()) == ("Conformer" not in name)  # 4x subsampling: encoder only
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_onnx_compat_torchscript_exports_and_verifies(name, tmp_path):
+    """The other exporter, with its default cleanup: every zoo model works there too."""
+    job = ZOO[name]()
+    report = export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter="torchscript")
+    assert all(c["ok"] for c in report.verification) and len(report.verification) == 3
+    assert not report.degenerate and report.nodes < report.nodes_before_cleanup
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
