@@ -1,17 +1,13 @@
 """Shared timing helpers for the benchmarks: one ORT thread, median of many runs."""
 from __future__ import annotations
 
-import contextlib
-import io
 import statistics
 import time
-import warnings
 
 import numpy as np
 import onnx
-import torch
 
-from onnx_compat.exporters import _quiet_logs
+from onnx_compat.exporters import bare_export
 from onnx_compat.verify import session
 
 
@@ -35,15 +31,6 @@ def ort_latency(proto: onnx.ModelProto, feeds: dict, runs: int) -> float:
 
 def torch_export(model, args, names, dynamic, dynamo: bool):
     """A bare torch.onnx.export to a ModelProto, quietly; returns (proto, seconds)."""
-    model.eval()
     t0 = time.perf_counter()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
-        warnings.simplefilter("ignore")
-        if dynamo:
-            shapes = tuple({a: torch.export.Dim(n, min=1) for a, n in dynamic[name].items()} for name in names)
-            proto = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=shapes, input_names=names).model_proto
-        else:
-            buf = io.BytesIO()
-            torch.onnx.export(model, args, buf, dynamo=False, input_names=names, dynamic_axes=dynamic)
-            proto = onnx.load_from_string(buf.getvalue())
+    proto = bare_export(model, args, "dynamo" if dynamo else "torchscript", names, dynamic, max_size=None)
     return proto, time.perf_counter() - t0

@@ -131,6 +131,32 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
     return proto, captured
 
 
+def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names: Sequence[str],
+                dynamic_axes: Dict[str, Dict[int, str]], output_names: Optional[Sequence[str]] = None,
+                max_size: Optional[int] = 4096) -> onnx.ModelProto:
+    """Plain ``torch.onnx.export`` to a ModelProto, quietly: what a user's own call does.
+
+    No specs, no checks; the patches are whatever the caller has in place. For the
+    tests and benchmarks that compare against (or time) the exporter itself.
+    ``dynamic_axes``: ``{input_name: {axis: dim_name}}``; same name, same dim.
+    """
+    model.eval()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            buf = io.BytesIO()
+            extra = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
+            torch.onnx.export(model, tuple(args), buf, input_names=list(input_names), output_names=output_names,
+                              dynamic_axes={k: v for k, v in dynamic_axes.items() if v}, **extra)
+            return onnx.load_from_string(buf.getvalue())
+        dims: Dict[str, object] = {}
+        shapes = tuple({a: dims.setdefault(n, torch.export.Dim(n, min=1, **({"max": max_size} if max_size else {})))
+                        for a, n in dynamic_axes.get(name, {}).items()} or None for name in input_names)
+        return torch.onnx.export(model, tuple(args), dynamo=True, dynamic_shapes=shapes, input_names=list(input_names),
+                                 output_names=output_names, verbose=False).model_proto
+
+
 def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
     axes = wanted_dynamic(list(inputs) + list(outputs))
     extra = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}

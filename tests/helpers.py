@@ -1,46 +1,24 @@
 """Export with either exporter and compare ONNX Runtime with eager PyTorch."""
 from __future__ import annotations
 
-import contextlib
-import inspect
-import io
-import warnings
-
 import numpy as np
-import onnx
 import onnxruntime as ort
 import torch
 
-_EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
-HAS_DYNAMO = "dynamo" in _EXPORT_PARAMS and "dynamic_shapes" in _EXPORT_PARAMS
+from onnx_compat.exporters import HAS_DYNAMO, bare_export
+
 EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
 
 
 def export(model, args, exporter, dynamic, names=None):
-    """ONNX ModelProto of ``model`` at example ``args``.
+    """ONNX ModelProto of ``model`` at example ``args``: a bare ``torch.onnx.export``.
 
     ``dynamic`` maps each input index to ``{axis: name}``; ``names`` are the
     input names (default x0, x1, ...).
     """
     names = names or [f"x{i}" for i in range(len(args))]
-    model.eval()
-    if exporter == "torchscript":
-        buf = io.BytesIO()
-        kw = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(model, tuple(args), buf, input_names=names, output_names=["y"],
-                              dynamic_axes={names[i]: axes for i, axes in dynamic.items()}, **kw)
-        return onnx.load_from_string(buf.getvalue())
-    shapes = []
-    for i in range(len(args)):
-        axes = dynamic.get(i, {})
-        shapes.append({a: torch.export.Dim(n, min=1, max=4096) for a, n in axes.items()} or None)
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prog = torch.onnx.export(model, tuple(args), dynamo=True, dynamic_shapes=tuple(shapes),
-                                 input_names=names, output_names=["y"], verbose=False)
-    return prog.model_proto
+    return bare_export(model, args, exporter, names, {names[i]: axes for i, axes in dynamic.items()},
+                       output_names=["y"])
 
 
 def run(proto, *inputs):
