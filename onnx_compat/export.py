@@ -103,7 +103,12 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 break
             except Exception as exc:
                 proto = None
-                report.attempts.append(Attempt(name, False, exporters.error_line(exc), time.perf_counter() - t0))
+                seen = getattr(exc, "onnx_compat_warnings", None)
+                warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
+                report.attempts.append(Attempt(name, False, exporters.error_line(exc), time.perf_counter() - t0,
+                                               warned))
+                # what this attempt left on the report belongs to it, not to the next one
+                report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
                 if len(order) == 1:
                     raise ExportError(f"{name} export failed: {exporters.error_line(exc)}") from exc
         if proto is None:

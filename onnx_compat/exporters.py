@@ -118,14 +118,21 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
     if exporter == "dynamo" and not HAS_DYNAMO:
         raise RuntimeError(f"torch {torch.__version__} has no dynamo ONNX exporter (torch.onnx.export(dynamo=True))")
     captured = Captured()
-    with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
-        warnings.simplefilter("always")
-        with patched(**(patch_options or {})):
-            if exporter == "torchscript":
-                proto = _torchscript(model, args, inputs, outputs, opset)
-            else:
-                proto = _dynamo(model, args, inputs, outputs, opset)
+    records: List[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
+            warnings.simplefilter("always")
+            with patched(**(patch_options or {})):
+                if exporter == "torchscript":
+                    proto = _torchscript(model, args, inputs, outputs, opset)
+                else:
+                    proto = _dynamo(model, args, inputs, outputs, opset)
+    except Exception as exc:
+        for record in records:
+            captured.add(record)
+        exc.onnx_compat_warnings = captured  # the report keeps a failed attempt's warnings too
+        raise
     for record in records:
         captured.add(record)
     return proto, captured

@@ -12,6 +12,7 @@ class Attempt:
     ok: bool
     error: Optional[str] = None
     seconds: float = 0.0
+    warnings: Dict[str, List[str]] = field(default_factory=dict)  # of a failed attempt; the used one's are Report.warnings
 
 
 @dataclass

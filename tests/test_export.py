@@ -226,3 +226,20 @@ def test_a_users_own_deprecation_warning_is_kept_torchs_are_dropped(tmp_path):
     kept = report.warnings["other"]
     assert any("my_layer() is deprecated" in w for w in kept)
     assert not any("/torch/" in w and "Deprecat" in w for w in kept)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+@pytest.mark.filterwarnings("ignore:a note from the model")
+def test_a_failed_attempt_keeps_its_own_warnings(tmp_path):
+    import warnings
+
+    class Noting(DataDependent):
+        def forward(self, *args):
+            warnings.warn("a note from the model", UserWarning)
+            return super().forward(*args)
+
+    report = onnx_compat.export(Noting(), str(tmp_path / "d.onnx"), *_io(out_lengths=()), exporter="auto")
+    failed = [a for a in report.attempts if not a.ok]
+    assert failed and any("a note from the model" in w for w in failed[0].warnings["other"])
+    assert any("a note from the model" in w for w in report.warnings["other"])  # the used attempt's own
+    assert "a note from the model" in json.dumps(report.to_dict())

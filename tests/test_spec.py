@@ -65,3 +65,16 @@ def test_forward_arguments_checks_names():
     too_many = [TensorSpec("a", [Dim("batch"), 2]), TensorSpec("b", [Dim("batch"), 2]), TensorSpec("c", [Dim("batch"), 2])]
     with pytest.raises(ValueError, match="3 inputs"):
         forward_arguments(model, too_many)
+
+
+def test_dims_that_are_multiples_round_up_everywhere():
+    samples = Dim("samples", min=200, max=1000, multiple=10)
+    inputs = [TensorSpec("data", [Dim("batch"), samples], lengths=[1])]
+    example = dim_sizes(inputs, {"samples": 403})
+    assert example["samples"] == 410
+    checks = verification_sizes(inputs, example)
+    assert all(c["samples"] % 10 == 0 and 200 <= c["samples"] <= 1000 for c in checks)
+    assert {c["samples"] for c in checks} - {example["samples"]}
+    assert dim_sizes(inputs, {"samples": 5000})["samples"] == 1000
+    with pytest.raises(ValueError, match="multiple"):
+        Dim("samples", multiple=0)
