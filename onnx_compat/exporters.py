@@ -20,6 +20,7 @@ import onnx
 import torch
 
 from .registry import patched
+from .safety import preserved
 from .spec import Dim, TensorSpec, size_name
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -147,9 +148,9 @@ def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names:
     tests and benchmarks that compare against (or time) the exporter itself.
     ``dynamic_axes``: ``{input_name: {axis: dim_name}}``; same name, same dim.
     """
-    model.eval()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+    with preserved(model), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
+        model.eval()
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
             buf = io.BytesIO()

@@ -38,6 +38,8 @@ class Dim:
             raise ValueError(f"Dim {self.name!r}: need 1 <= min <= max, got min={self.min}, max={self.max}")
         if not isinstance(self.multiple, int) or self.multiple < 1:
             raise ValueError(f"Dim {self.name!r}: multiple must be a positive int, got {self.multiple!r}")
+        if self.max is not None and -(-self.min // self.multiple) * self.multiple > self.max:
+            raise ValueError(f"Dim {self.name!r}: no multiple of {self.multiple} lies in [{self.min}, {self.max}]")
 
 
 DimLike = Union[Dim, int, None]  # None: an output dim taken from what the model returns

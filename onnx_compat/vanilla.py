@@ -59,9 +59,9 @@ def _short(text: str, limit: int = 110) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def vanilla_export(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                   exporter: str, seed: int = 0) -> Outcome:
-    """Export with no patch and check the result; the model is left as it was."""
+def _export(model, inputs, outputs, exporter: str, patches: bool, seed: int):
+    """Export through the pipeline's own exporter call, with or without the patches;
+    returns the proto (or the exception), the outputs with their dims filled, the example sizes."""
     example = dim_sizes(inputs)
     args = tuple(make_inputs(inputs, example, seed=seed).values())
     with preserved(model):
@@ -69,9 +69,19 @@ def vanilla_export(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs
         with torch.no_grad():
             outputs = check_outputs(flatten(adapter(*args)), outputs, example)
         try:
-            proto, _ = exporters.run(exporter, adapter, args, inputs, outputs, patch_options={"only": []})
+            proto, _ = exporters.run(exporter, adapter, args, inputs, outputs,
+                                     patch_options=None if patches else {"only": []})
         except Exception as exc:
-            return Outcome("export", _short(exporters.error_line(exc)))
+            return exc, outputs, example
+    return proto, outputs, example
+
+
+def vanilla_export(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                   exporter: str, seed: int = 0) -> Outcome:
+    """Export with no patch and check the result; the model is left as it was."""
+    proto, outputs, example = _export(model, inputs, outputs, exporter, patches=False, seed=seed)
+    if isinstance(proto, Exception):
+        return Outcome("export", _short(exporters.error_line(proto)))
     nodes = len(proto.graph.node)
     baked = graph.static_where_dynamic(proto, exporters.wanted_dynamic(list(inputs) + list(outputs)))
     if baked:
@@ -83,9 +93,9 @@ def vanilla_export(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs
     return Outcome("ok", nodes=nodes)
 
 
-def export_proto(model, inputs, outputs, exporter: str, patches: bool = False) -> onnx.ModelProto:
-    """The bare export, with or without the patches, for callers that compare graphs."""
-    args = tuple(make_inputs(inputs, dim_sizes(inputs)).values())
-    with preserved(model):
-        adapter = IOAdapter(model, forward_arguments(model, inputs), outputs)
-        return exporters.run(exporter, adapter, args, inputs, outputs, patch_options=None if patches else {"only": []})[0]
+def export_proto(model, inputs, outputs, exporter: str, patches: bool = False, seed: int = 0) -> onnx.ModelProto:
+    """The bare export, with or without the patches, for callers that compare graphs; raises on failure."""
+    proto, _, _ = _export(model, inputs, outputs, exporter, patches, seed)
+    if isinstance(proto, Exception):
+        raise proto
+    return proto

@@ -78,3 +78,5 @@ def test_dims_that_are_multiples_round_up_everywhere():
     assert dim_sizes(inputs, {"samples": 5000})["samples"] == 1000
     with pytest.raises(ValueError, match="multiple"):
         Dim("samples", multiple=0)
+    with pytest.raises(ValueError, match="no multiple of 10"):
+        Dim("samples", min=11, max=19, multiple=10)

@@ -110,15 +110,6 @@ def whisper_encoder(seed: int = 0):
             "outputs": outputs}
 
 
-class _Vocoder(nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, data):
-        return self.model(data)
-
-
 def fastspeech2_conformer_hifigan(seed: int = 0):
     """transformers FastSpeech2ConformerHifiGan: spectrogram ``[B, T, mel]`` -> waveform ``[B, 4T]``."""
     import transformers
@@ -129,8 +120,7 @@ def fastspeech2_conformer_hifigan(seed: int = 0):
     batch = Dim("batch")
     inputs = [TensorSpec("data", [batch, Dim("frames", min=8), 20])]
     outputs = [TensorSpec("output", [batch, Dim("samples")])]
-    return {"model": _Vocoder(transformers.FastSpeech2ConformerHifiGan(config)).eval(), "inputs": inputs,
-            "outputs": outputs}
+    return {"model": transformers.FastSpeech2ConformerHifiGan(config).eval(), "inputs": inputs, "outputs": outputs}
 
 
 def lucidrains_conformer(seed: int = 0):

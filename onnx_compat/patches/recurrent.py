@@ -181,6 +181,11 @@ def translations() -> dict:
             torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed}
 
 
+def packing(wrapped, instance, args, kwargs):
+    """One patch for the pair: packing and unpacking only make sense together."""
+    return (pack_padded if wrapped.__name__ == "pack_padded_sequence" else pad_packed)(wrapped, instance, args, kwargs)
+
+
 def _with_translations(wrapped, instance, args, kwargs):
     """``torch.onnx.export`` with our custom ops' translations added to the caller's table;
     a patch's refusal is raised even when the exporter swallowed it and retried."""
@@ -224,8 +229,7 @@ if SUPPORTED:
         description="pack_padded_sequence -> LSTM/GRU -> pad_packed_sequence exports under dynamo "
                     "(ONNX sequence_lens: zeros at padded frames, h_n/c_n per sequence)",
         targets=("torch.nn.utils.rnn:pack_padded_sequence", "torch.nn.utils.rnn:pad_packed_sequence"),
-        wrapper=lambda wrapped, instance, args, kwargs: (
-            pack_padded if wrapped.__name__ == "pack_padded_sequence" else pad_packed)(wrapped, instance, args, kwargs),
+        wrapper=packing,
         when="dynamo",
         requires=("rnn_dynamic_time",),
     ))
