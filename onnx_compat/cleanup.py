@@ -10,6 +10,8 @@ or dims.
 """
 from __future__ import annotations
 
+import math
+
 import onnx
 from onnxscript import ir, optimizer, rewriter
 from onnxscript.rewriter.rules import common as rules
@@ -26,10 +28,7 @@ def _fold_small_constant_of_shape(node: "ir.Node"):
     shape = node.inputs[0].const_value if node.inputs and node.inputs[0] is not None else None
     if shape is None:
         return None
-    count = 1
-    for n in shape.numpy().reshape(-1).tolist():
-        count *= int(n)
-    return count <= _MAX_FOLDED_ELEMENTS
+    return math.prod(int(n) for n in shape.numpy().reshape(-1).tolist()) <= _MAX_FOLDED_ELEMENTS
 
 
 def _rules():

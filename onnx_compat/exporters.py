@@ -24,8 +24,9 @@ from .safety import preserved
 from .spec import Dim, TensorSpec, size_name
 
 EXPORTERS = ("dynamo", "torchscript")
-_EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
-HAS_DYNAMO = "dynamo" in _EXPORT_PARAMS and "dynamic_shapes" in _EXPORT_PARAMS
+EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
+HAS_DYNAMO = "dynamo" in EXPORT_PARAMS and "dynamic_shapes" in EXPORT_PARAMS
+_TORCHSCRIPT = {"dynamo": False} if "dynamo" in EXPORT_PARAMS else {}  # torch.onnx.export's flag for it
 
 # TracerWarnings whose cause is a value frozen into the graph.
 _BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"
@@ -154,9 +155,8 @@ def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names:
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
             buf = io.BytesIO()
-            extra = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
             torch.onnx.export(model, tuple(args), buf, input_names=list(input_names), output_names=output_names,
-                              dynamic_axes={k: v for k, v in dynamic_axes.items() if v}, **extra)
+                              dynamic_axes={k: v for k, v in dynamic_axes.items() if v}, **_TORCHSCRIPT)
             return onnx.load_from_string(buf.getvalue())
         dims: Dict[str, object] = {}
         shapes = tuple({a: dims.setdefault(n, torch.export.Dim(n, min=1, **({"max": max_size} if max_size else {})))
@@ -167,11 +167,10 @@ def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names:
 
 def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
     axes = wanted_dynamic(list(inputs) + list(outputs))
-    extra = {"dynamo": False} if "dynamo" in _EXPORT_PARAMS else {}
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/model.onnx"
         torch.onnx.export(model, args, path, input_names=_onnx_names(inputs), output_names=_onnx_names(outputs),
-                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset, **extra)
+                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset, **_TORCHSCRIPT)
         return onnx.load(path)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 from typing import Dict, List, Mapping, Optional, Union
 
@@ -52,7 +53,7 @@ def sentinel_constants(proto: onnx.ModelProto) -> List[str]:
                 for a in n.attribute if a.name == "value"]
     found = []
     for name, tensor in tensors:
-        if tensor.data_type != onnx.TensorProto.INT64 or _numel(tensor) > 64:
+        if tensor.data_type != onnx.TensorProto.INT64 or math.prod(tensor.dims) > 64:
             continue
         values = numpy_helper.to_array(tensor).ravel().tolist()
         hits = sorted({v for v in values if abs(v) >= _SENTINEL})
@@ -60,13 +61,6 @@ def sentinel_constants(proto: onnx.ModelProto) -> List[str]:
             users = ", ".join(consumers.get(name, [])) or "no op"
             found.append(f"int64 sentinel {hits} in constant {name!r}, used by {users}")
     return found
-
-
-def _numel(tensor: onnx.TensorProto) -> int:
-    n = 1
-    for d in tensor.dims:
-        n *= d
-    return n
 
 
 def declared_dynamic(proto: onnx.ModelProto) -> Dict[str, Dict[int, str]]:

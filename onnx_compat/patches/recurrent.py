@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
+from ..exporters import EXPORT_PARAMS
 from ..registry import Patch, register
 
 _MODES = {"LSTM": torch._VF.lstm, "GRU": torch._VF.gru}
@@ -62,10 +63,9 @@ def _fake(x, hx, params, bidirectional):
     return y, hx[0].new_empty(hx[0].shape), hx[-1].new_empty(hx[-1].shape)
 
 
-_EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
-_DYNAMO_DEFAULT = _EXPORT_PARAMS["dynamo"].default if "dynamo" in _EXPORT_PARAMS else False
+_DYNAMO_DEFAULT = EXPORT_PARAMS["dynamo"].default if "dynamo" in EXPORT_PARAMS else False
 # torch.library.custom_op (torch >= 2.4) and the translation table (dynamo exporter) are both needed.
-SUPPORTED = hasattr(torch.library, "custom_op") and "custom_translation_table" in _EXPORT_PARAMS
+SUPPORTED = hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
 _custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
 
 
