@@ -2,3 +2,7 @@
 from . import conv  # noqa: F401
 from . import attention  # noqa: F401
 from . import recurrent  # noqa: F401
+from . import pointwise  # noqa: F401
+from . import norms  # noqa: F401
+from . import windows  # noqa: F401
+from . import pooling  # noqa: F401
