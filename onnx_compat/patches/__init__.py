@@ -6,3 +6,4 @@ from . import pointwise  # noqa: F401
 from . import norms  # noqa: F401
 from . import windows  # noqa: F401
 from . import pooling  # noqa: F401
+from . import resize  # noqa: F401
