@@ -21,19 +21,22 @@ F_IN, HIDDEN = 6, 5
 class Recurrent(nn.Module):
     """x [B, T, F] -> (y [B, T, D*H], h_n[, c_n]); time-first layers get x transposed."""
 
-    def __init__(self, mode, layers, bidirectional, batch_first, initial_state, packed=False):
+    def __init__(self, mode, layers, bidirectional, batch_first, initial_state, packed=False, proj=0):
         super().__init__()
         self.mode, self.batch_first, self.initial, self.packed = mode, batch_first, initial_state, packed
         cls = nn.LSTM if mode == "LSTM" else nn.GRU
-        self.rnn = cls(F_IN, HIDDEN, layers, batch_first=batch_first, bidirectional=bidirectional)
+        extra = {"proj_size": proj} if proj else {}
+        self.rnn = cls(F_IN, HIDDEN, layers, batch_first=batch_first, bidirectional=bidirectional, **extra)
         self.states = layers * (2 if bidirectional else 1)
         self.init = nn.Linear(F_IN, HIDDEN)
+        self.proj = proj
 
     def forward(self, x, lengths):
         hx = None
         if self.initial:  # states computed from the input: batch-dependent
-            h0 = torch.tanh(self.init(x.mean(1)))[None].expand(self.states, -1, -1).contiguous()
-            hx = (h0, 0.5 * h0) if self.mode == "LSTM" else h0
+            c0 = torch.tanh(self.init(x.mean(1)))[None].expand(self.states, -1, -1).contiguous()
+            h0 = c0[..., :self.proj] if self.proj else c0  # LSTMP: h has the projected width
+            hx = (h0, 0.5 * c0) if self.mode == "LSTM" else h0
         seq = x if self.batch_first else x.transpose(0, 1)
         if self.packed:
             seq = pack_padded_sequence(seq, lengths.cpu(), batch_first=self.batch_first, enforce_sorted=False)
@@ -50,6 +53,9 @@ class Recurrent(nn.Module):
 CONFIGS = [(mode, *rest) for mode in ("LSTM", "GRU") for rest in
            [(1, False, True, False), (2, True, False, True), (3, True, True, True), (2, False, False, False)]]
 PACKED = [(mode, 2, True, bf, init) for mode in ("LSTM", "GRU") for bf, init in [(True, False), (False, True)]]
+# LSTM(proj_size=3): (layers, bidirectional, batch_first, initial_state, packed)
+PROJECTED = [(1, False, True, False, False), (2, True, False, True, False), (2, True, True, False, True),
+             (1, False, False, True, True)]
 
 
 def _inputs(B, T, seed):
@@ -77,9 +83,9 @@ def _export(model, exporter):
     return export(model, _inputs(2, 37, 0), exporter, {0: {0: "batch", 1: "time"}, 1: {0: "batch"}})
 
 
-def _build(config, packed=False):
+def _build(config, packed=False, proj=0):
     torch.manual_seed(hash(config) % 1000)
-    return Recurrent(*config, packed=packed).eval()
+    return Recurrent(*config, packed=packed, proj=proj).eval()
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -122,18 +128,50 @@ def test_two_rnn_exports_in_one_process():
         _check(proto, model, packed=False)
 
 
-@pytest.mark.skipif(not HAS_DYNAMO, reason="dynamo exporter only")
-def test_proj_size_is_one_clear_error(tmp_path):
-    class Projected(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rnn = nn.LSTM(F_IN, 8, proj_size=3, batch_first=True)
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("config", PROJECTED, ids=lambda c: "-".join(map(str, c)))
+def test_lstm_with_projection(config, exporter):
+    """LSTMP: a loop over time (Scan from dynamo, Loop from TorchScript), packed input too."""
+    *options, packed = config
+    model = _build(("LSTM", *options), packed=packed, proj=3)
+    with onnx_compat.patched():
+        proto = _export(model, exporter)
+    _check(proto, model, packed=packed)
+    assert {n.op_type for n in proto.graph.node} & {"Scan", "Loop"}
 
-        def forward(self, x, lengths):
-            return self.rnn(x)[0]
 
-    with onnx_compat.patched(), pytest.raises(Exception, match="proj_size=3"):
-        _export(Projected().eval(), "dynamo")
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_vanilla_lstm_with_projection_fails(exporter):
+    """Without the patch neither exporter writes an LSTMP, so the test above cannot pass by accident."""
+    model = _build(("LSTM", 1, False, True, False), proj=3)
+    try:
+        _check(_export(model, exporter), model, packed=False)
+    except Exception as exc:  # torch's refusal, or a graph that is wrong at other sizes
+        message = str(exc)
+    else:
+        pytest.fail("vanilla export of LSTM(proj_size) worked: the patch should step aside on this torch")
+    expected = {"torchscript": "proj", "dynamo": "LSTM"}[exporter]
+    assert expected in message, message[:400]
+
+
+def test_lstm_projection_eager_matches_the_module():
+    """The loop's own formulas against nn.LSTM(proj_size), every option, packed and not, without exporting."""
+    from onnx_compat.patches._lstm_projection import lstm_projected
+    for layers, bidirectional, bias in [(1, False, True), (2, True, True), (2, True, False)]:
+        torch.manual_seed(layers)
+        rnn = nn.LSTM(F_IN, HIDDEN, layers, bidirectional=bidirectional, bias=bias, proj_size=2).eval()
+        x, lengths = _inputs(3, 12, 4)
+        lengths[1] = 5
+        seq = x.transpose(0, 1)
+        states = layers * (2 if bidirectional else 1)
+        hx = (torch.randn(states, 3, 2), torch.randn(states, 3, HIDDEN))
+        with torch.no_grad():
+            y, (h, c) = rnn(seq, hx)
+            torch.testing.assert_close(lstm_projected(rnn, seq, None, hx, False), (y, (h, c)))
+            packed = pack_padded_sequence(seq, lengths, enforce_sorted=False)
+            y, (h, c) = rnn(packed, hx)
+            y, _ = pad_packed_sequence(y, total_length=12)
+            torch.testing.assert_close(lstm_projected(rnn, seq, lengths, hx, False), (y, (h, c)))
 
 
 def test_eager_rnn_inside_patched_is_unchanged():

@@ -7,3 +7,4 @@ from . import norms  # noqa: F401
 from . import windows  # noqa: F401
 from . import pooling  # noqa: F401
 from . import resize  # noqa: F401
+from . import sequences  # noqa: F401

@@ -19,8 +19,12 @@ valid frame. ``pad_packed_sequence`` without ``total_length`` returns the
 input's T (PyTorch returns max(lengths); the two agree when the longest
 sequence fills the batch, as RASR feeds it).
 
-Unsupported, with an error at export time: ``LSTM(proj_size>0)`` and unbatched
-(2-D) input.
+``LSTM(proj_size>0)`` has no ONNX ``LSTM`` equivalent; under either exporter
+it runs as a loop over time (``_lstm_projection``: ONNX ``Scan`` from dynamo,
+``Loop`` from TorchScript). Plain LSTM/GRU are left to the TorchScript
+exporter, which writes them right.
+
+Unsupported, with an error at export time: unbatched (2-D) input.
 """
 from __future__ import annotations
 
@@ -31,8 +35,10 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
+from .. import flags
 from ..exporters import EXPORT_PARAMS
 from ..registry import Patch, register
+from ._lstm_projection import lstm_projected
 
 _MODES = {"LSTM": torch._VF.lstm, "GRU": torch._VF.gru}
 
@@ -117,13 +123,18 @@ def _bind(fn, args, kwargs):
 def rnn_forward(wrapped, instance, args, kwargs):
     """``LSTM.forward``/``GRU.forward`` through the custom op."""
     mode = "LSTM" if isinstance(instance, torch.nn.LSTM) else "GRU"
+    projected = getattr(instance, "proj_size", 0) > 0
+    if not projected and not flags.dynamo_exporting():
+        return wrapped(*args, **kwargs)  # the TorchScript exporter writes LSTM/GRU right itself
     bound = _bind(wrapped, args, kwargs)
     data, hx = bound.get("input"), bound.get("hx")
     name = f"{mode}({instance.input_size}, {instance.hidden_size})"
-    if getattr(instance, "proj_size", 0):
-        _refuse(f"onnx_compat: {name} with proj_size={instance.proj_size} has no ONNX LSTM equivalent; "
-                "export it without proj_size")
     if isinstance(data, PackedSequence):
+        if projected and flags.torchscript_exporting():
+            return _projected_packed(instance, data, hx)
+        if projected:
+            _refuse(f"onnx_compat: {name} with proj_size={instance.proj_size} over a PackedSequence packed by "
+                    "other means than pack_padded_sequence cannot export")
         return wrapped(*args, **kwargs)  # packed by other means than pack_padded_sequence
     lengths = None
     if isinstance(data, Padded):
@@ -133,6 +144,9 @@ def rnn_forward(wrapped, instance, args, kwargs):
         if x.dim() != 3:
             _refuse(f"onnx_compat: {name} with unbatched {x.dim()}-D input cannot export with a dynamic time "
                     "dim; add a batch dim")
+    if projected:
+        y, state = lstm_projected(instance, x, lengths, hx, batch_first)
+        return (y if lengths is None else Padded(y, lengths, batch_first)), state
     directions = 2 if instance.bidirectional else 1
     batch = x.shape[0] if batch_first else x.shape[1]
     if hx is None:
@@ -147,6 +161,16 @@ def rnn_forward(wrapped, instance, args, kwargs):
         y, h, c = torch.ops.onnx_compat.rnn_packed(x, torch.as_tensor(lengths).to(x.device), *common)
         y = Padded(y, lengths, batch_first)
     return (y, (h, c)) if mode == "LSTM" else (y, h)
+
+
+def _projected_packed(module, packed: PackedSequence, hx):
+    """TorchScript: unpack, run the projected LSTM with lengths, pack again (the exporter
+    writes packing as the padded tensor and its lengths). ``hx`` and ``h_n``/``c_n``
+    are in the batch's own order, as ``nn.LSTM`` takes and returns them."""
+    rnn_utils = torch.nn.utils.rnn
+    x, lengths = rnn_utils.pad_packed_sequence(packed)
+    y, state = lstm_projected(module, x, lengths, hx, batch_first=False)
+    return rnn_utils.pack_padded_sequence(y, lengths, enforce_sorted=packed.sorted_indices is None), state
 
 
 def pack_padded(wrapped, instance, args, kwargs):
@@ -217,10 +241,11 @@ if SUPPORTED:
     register(Patch(
         name="rnn_dynamic_time",
         description="nn.LSTM/nn.GRU export with a dynamic time dim under dynamo (one ONNX LSTM/GRU per layer "
-                    "instead of T unrolled steps; repeated exports work); proj_size is a clear error",
+                    "instead of T unrolled steps; repeated exports work); LSTM(proj_size) under both exporters "
+                    "(ONNX Scan/Loop over time)",
         targets=("torch.nn.modules.rnn:LSTM.forward", "torch.nn.modules.rnn:GRU.forward"),
         wrapper=rnn_forward,
-        when="dynamo",
+        when="export",
         aliases=False,
         requires=("onnx_translations",),
     ))
