@@ -7,7 +7,8 @@ over input pixels ``j``, normalised to sum 1, where ``center_i = scale · (i +
 given and not recomputed) and ``invscale = 1/scale`` when downscaling, else 1.
 The filter is the triangle (bilinear) or Keys' cubic with a = -0.5 (bicubic);
 it is 0 outside PyTorch's window, so a dense ``[out, in]`` weight matrix per
-axis reproduces it, and the resize is two matmuls (it is separable).
+axis reproduces it, and the resize is two matmuls (it is separable). An axis
+whose output size equals its input size is copied, as PyTorch does.
 
 The TorchScript exporter cannot write ``_upsample_bilinear2d_aa`` at all. The
 dynamo exporter writes ONNX ``Resize(antialias=1)`` with output *sizes*, whose
@@ -60,7 +61,12 @@ def aa_weights(length, out, scale, mode: str, dtype=torch.float32, device=None) 
     center = scale * (i + 0.5)
     weights = _filter((j[None, :] - center[:, None] + 0.5) * invscale, mode)
     total = weights.sum(1, keepdim=True)
-    return weights / torch.where(total == 0, torch.ones_like(total), total)
+    weights = weights / torch.where(total == 0, torch.ones_like(total), total)
+    # PyTorch copies an axis whose output size equals its input size, whatever the scale;
+    # compared as tensors, so that a dynamic size is not specialised
+    one = torch.ones((), dtype=torch.int64, device=device)
+    identity = (i[:, None] == j[None, :]).to(dtype)
+    return torch.where(one * out == one * length, identity, weights)
 
 
 def _axis_plan(length, size, factor, recompute):

@@ -50,9 +50,8 @@ def _pad_sequence(wrapped, instance, args, kwargs):
             or b["padding_side"] not in ("right", "left"):
         return wrapped(*args, **kwargs)
     seqs = b["sequences"]
-    if not all(isinstance(s, torch.Tensor) and s.dim() == seqs[0].dim() >= 1 and s.dtype == seqs[0].dtype
-               for s in seqs):
-        return wrapped(*args, **kwargs)  # PyTorch's own error (trailing sizes: stack raises)
+    if not all(isinstance(s, torch.Tensor) and s.dim() == seqs[0].dim() >= 1 for s in seqs):
+        return wrapped(*args, **kwargs)  # PyTorch's own error; unequal trailing sizes: stack raises
     return pad_sequence(seqs, b["batch_first"], b["padding_value"], b["padding_side"])
 
 
