@@ -41,3 +41,11 @@ def test_zoo_report_writes_the_readme_table(tmp_path):
     text = readme.read_text()
     assert len(rows) == 1 and "old" not in text and text.startswith("intro") and text.endswith("outro\n")
     assert "| onnx_compat conv demo | ok (" in text and "fits feature-scorer/encoder" in text
+
+
+def test_op_tail_smoke(capsys):
+    import op_tail
+    rows = op_tail.main(["--only", "cumsum_bool"])
+    assert [r[:2] for r in rows][0] == ("cumsum_bool", "torchscript")
+    assert rows[0][2].startswith("fails") and rows[0][3] >= rows[0][4] > 0
+    assert "| case |" in capsys.readouterr().out

@@ -219,3 +219,15 @@ def test_what_the_patches_cannot_express_raises_pytorchs_error(call, error, expo
     with onnx_compat.patched(), pytest.raises(Exception) as exported:
         export(Bad(), (x,), exporter, {0: {2: "time"}})
     assert error.lower() in (str(exported.value) + repr(exported.value.__cause__)).lower(), str(exported.value)[:300]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_eager_is_untouched_inside_patched(name):
+    """Outside an export the wrappers call straight through: bit-identical outputs."""
+    model = _build(name)
+    args = _inputs(name, 3, 20, 5)
+    with torch.no_grad():
+        expected = model(*args)
+        with onnx_compat.patched():
+            got = model(*args)
+    assert torch.equal(got, expected)

@@ -1,0 +1,86 @@
+"""What the op-tail patches cost in the graph: nodes of the vanilla and the patched export, and after cleanup.
+
+    .venv/bin/python benchmarks/op_tail.py [--only NAME ...]
+
+The cases are the test models of ``tests/test_ops.py`` (and LSTMP from
+``tests/test_recurrent.py``), exported at the same example sizes, vanilla and
+under ``patched()``, with both exporters, in one run. Eager code never sees the
+patches (``tests/test_ops.py`` checks it bit for bit), so the graph is the cost.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import test_ops  # noqa: E402
+import test_recurrent  # noqa: E402
+from helpers import EXPORTERS  # noqa: E402
+
+import onnx_compat  # noqa: E402
+from onnx_compat.cleanup import cleanup  # noqa: E402
+from onnx_compat.exporters import error_line  # noqa: E402
+
+
+def _lstmp():
+    return test_recurrent._build(("LSTM", 2, True, True, False), proj=3)
+
+
+def cases():
+    out = {name: (lambda name=name: test_ops._build(name), lambda m, e, name=name: test_ops._export(m, name, e),
+                  lambda p, m, name=name: test_ops._check(p, m, name)) for name in test_ops.CASES}
+    out["lstm_proj_size"] = (_lstmp, test_recurrent._export, lambda p, m: test_recurrent._check(p, m, packed=False))
+    return out
+
+
+def _gist(line: str) -> str:
+    """The words of an error that say what failed, without class names and ORT's prefixes."""
+    line = re.sub(r"^\w+: ", "", line)
+    line = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "ONNX Runtime: ", line)
+    line = line.replace("Exporting the operator ", "").replace("Unsupported: ONNX export of operator ", "")
+    return line[:70].replace("|", "/")
+
+
+def _vanilla(build, export, check, exporter) -> str:
+    model = build()
+    try:
+        proto = export(model, exporter)
+        check(proto, model)
+    except AssertionError:
+        return "wrong numbers"
+    except Exception as exc:  # noqa: BLE001 - the outcome is the row
+        return "fails: " + _gist(error_line(exc))
+    return f"ok ({len(proto.graph.node)})"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="case names")
+    args = parser.parse_args(argv)
+    rows = []
+    for name, (build, export, check) in cases().items():
+        if args.only and name not in args.only:
+            continue
+        for exporter in EXPORTERS:
+            vanilla = _vanilla(build, export, check, exporter)
+            model = build()
+            with onnx_compat.patched():
+                proto = export(model, exporter)
+            check(proto, model)
+            cleaned = cleanup(proto)
+            check(cleaned, model)
+            rows.append((name, exporter, vanilla, len(proto.graph.node), len(cleaned.graph.node)))
+    print("| case | exporter | vanilla (nodes) | patched nodes | after cleanup |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    print(f"\ntorch {torch.__version__}; every patched graph verified against eager at new sizes, before and after cleanup")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
