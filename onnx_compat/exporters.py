@@ -174,24 +174,71 @@ def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
         return onnx.load(path)
 
 
-def _dynamo(model, args, inputs, outputs, opset) -> onnx.ModelProto:
+# ``Dim.DYNAMIC`` with bounds (torch >= 2.6): a hint, not a named symbol. A named ``torch.export.Dim``
+# turns every guard torch.export cannot prove over the declared range into an error (e.g. ``len(x)``
+# in non-strict mode, or ``ceil(T/2) != 1`` behind a broadcast), and ``torch.onnx.export`` then retries
+# in other modes that quietly make the dim static. A hint lets torch.export narrow the range instead
+# and still raises when the dim would become a constant.
+_HINT = getattr(getattr(torch.export, "Dim", None), "DYNAMIC", None)
+
+
+def _torch_dims():
     dims: Dict[str, object] = {}
 
     def torch_dim(dim: Dim):
+        k = dim.multiple
+        if k == 1 and callable(_HINT):
+            return _HINT(min=dim.min, **({"max": dim.max} if dim.max else {}))
         if dim.name not in dims:
-            k = dim.multiple
             limits = {"min": -(-dim.min // k), **({"max": dim.max // k} if dim.max else {})}
             base = torch.export.Dim(dim.name if k == 1 else f"{dim.name}_div{k}", **limits)
             dims[dim.name] = base if k == 1 else k * base
         return dims[dim.name]
+    return torch_dim
+
+
+def _dynamo(model, args, inputs, outputs, opset) -> onnx.ModelProto:
+    torch_dim = _torch_dims()
 
     in_axes = _axes(inputs)
-    shapes = tuple({a: torch_dim(d) for a, d in in_axes[name].items()} or None for name in _onnx_names(inputs))
-    program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=(shapes,), opset_version=opset,
-                                input_names=_onnx_names(inputs), output_names=_onnx_names(outputs), verbose=False)
+    names = _onnx_names(inputs)
+    shapes = tuple({a: torch_dim(d) for a, d in in_axes[name].items()} or None for name in names)
+    try:
+        program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=(shapes,), opset_version=opset,
+                                    input_names=names, output_names=_onnx_names(outputs), verbose=False)
+    except Exception as exc:
+        static = _static_dims(exc, names, in_axes)
+        if static:
+            raise DimSpecialized("; ".join(static)) from exc
+        raise
     proto = program.model_proto
     _name_dims(proto, inputs, outputs)
     return proto
+
+
+class DimSpecialized(RuntimeError):
+    """torch.export found that the model makes a dim asked to be dynamic a constant."""
+
+
+# torch.export's words (2.13) for a dynamic-hinted dim the trace made static; the inputs are the
+# adapter's flat ``*tensors``, in ONNX order
+_STATIC = re.compile(r"inferred a static shape of (\d+) for dimension inputs\['tensors'\]\[(\d+)\]\.shape\[(\d+)\]")
+
+
+def _static_dims(exc: BaseException, names: Sequence[str], axes: Dict[str, Dict[int, Dim]]) -> List[str]:
+    text, seen = "", exc
+    while seen is not None:
+        text += "\n" + str(seen)
+        seen = seen.__cause__
+    found = []
+    for size, index, axis in _STATIC.findall(text):
+        name = names[int(index)] if int(index) < len(names) else f"input {index}"
+        dim = axes.get(name, {}).get(int(axis))
+        label = f" ('{dim.name}')" if dim is not None else ""
+        message = f"'{name}' dim {axis}{label} was requested dynamic but is {size} in the traced model"
+        if message not in found:
+            found.append(message)
+    return found
 
 
 def _name_dims(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
