@@ -243,3 +243,32 @@ def test_a_failed_attempt_keeps_its_own_warnings(tmp_path):
     assert failed and any("a note from the model" in w for w in failed[0].warnings["other"])
     assert any("a note from the model" in w for w in report.warnings["other"])  # the used attempt's own
     assert "a note from the model" in json.dumps(report.to_dict())
+
+
+class Reassigns(nn.Module):
+    """Assigns module state in forward, as transformers' CLAP audio layers do (window_size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.window = 4
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, data):
+        self.window = min(data.shape[1], 4)  # a Tensor while the TorchScript exporter traces
+        self.last = data.shape[0]            # an attribute that was not there
+        self.calls += 1                      # a buffer changed in place
+        return self.lin(data) * self.window
+
+
+@pytest.mark.parametrize("exporters", [("torchscript", "dynamo"), ("dynamo", "torchscript")])
+def test_an_export_that_assigns_module_state_leaves_the_model_as_it_was(exporters, tmp_path):
+    model = Reassigns().train()
+    calls, buffer = model.calls, model.calls.clone()
+    batch, time = Dim("batch"), Dim("time", min=5)
+    for i, exporter in enumerate(e for e in exporters if e in EXPORTERS):
+        onnx_compat.export(model, str(tmp_path / f"{i}.onnx"), [TensorSpec("data", [batch, time, 3])],
+                           [TensorSpec("output", [batch, time, 3])], exporter=exporter)
+        assert type(model.window) is int and model.window == 4
+        assert not hasattr(model, "last") and model.training
+        assert model.calls is calls and torch.equal(model.calls, buffer)
