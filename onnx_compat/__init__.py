@@ -1,7 +1,7 @@
 """onnx_compat: unmodified PyTorch models that export cleanly to ONNX, with proof."""
 __version__ = "0.1.0"
 
-from .registry import available_patches, patched  # noqa: E402
+from .registry import available_patches, patched, unavailable_patches  # noqa: E402
 from .spec import Dim, TensorSpec  # noqa: E402
 from .export import ExportError, export  # noqa: E402
 from .io_adapter import SpecError  # noqa: E402
@@ -9,5 +9,5 @@ from .verify import VerificationError, verify  # noqa: E402
 from .graph import inspect  # noqa: E402
 from .rasr import check_rasr  # noqa: E402
 
-__all__ = ["available_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr",
+__all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr",
            "ExportError", "SpecError", "VerificationError", "__version__"]

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
+import importlib.util
+import inspect
 import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import torch
 import wrapt
 
 from . import flags
@@ -38,6 +42,12 @@ class Patch:
     ``aliases``: also rebind module-level aliases of the targets in loaded
     non-torch modules (``from torch.nn.functional import conv1d``).
     ``requires``: patches this one cannot work without; selecting it selects them.
+    ``library``: the targets belong to a third-party package (e.g. "transformers").
+    Its modules are never imported here: a target is patched only when the user's
+    code has loaded its module, and the patch is unavailable when the package is
+    not installed. ``signature``: the leading parameter names each target must
+    have; a version whose helper differs leaves the patch unavailable rather
+    than wrapping the wrong function.
     """
 
     name: str
@@ -48,6 +58,8 @@ class Patch:
     optional: Sequence[str] = ()
     aliases: bool = True
     requires: Sequence[str] = ()
+    library: Optional[str] = None
+    signature: Optional[Sequence[str]] = None
     # runtime state, owned by the registry
     _count: int = field(default=0, repr=False)
     _changes: Optional[Changes] = field(default=None, repr=False)
@@ -59,8 +71,28 @@ class Patch:
         self._active = flags.WHEN[self.when]
 
     def missing(self) -> List[str]:
-        """Required targets this torch does not have."""
+        """Required targets this torch does not have (a library's targets are never required)."""
+        if self.library:
+            return []
         return [t for t in self.targets if t not in self.optional and _resolve(t) is None]
+
+    def unavailable(self) -> Optional[str]:
+        """Why this patch cannot be used here, or None."""
+        if self.library and importlib.util.find_spec(self.library) is None:
+            return f"{self.library} is not installed"
+        missing = self.missing()
+        if missing:
+            return f"torch {torch.__version__} lacks {', '.join(missing)}"
+        for target in self.targets:
+            found = _resolve(target, load=not self.library)
+            if found is None or self.signature is None:
+                continue
+            names = _parameter_names(getattr(*found))
+            if names is not None and names[:len(self.signature)] != list(self.signature):
+                version = _version(self.library) if self.library else torch.__version__
+                return (f"{target} in {self.library or 'torch'} {version} takes ({', '.join(names)}), "
+                        f"not ({', '.join(self.signature)}, ...)")
+        return None
 
     def gate(self, wrapped, instance, args, kwargs):
         if self._count and self._active():
@@ -86,9 +118,16 @@ def register(patch: Patch) -> Patch:
 
 
 def available_patches() -> Dict[str, str]:
-    """Name -> one-line description of every patch this torch supports."""
+    """Name -> one-line description of every patch usable with this torch and these libraries."""
     _load_families()
-    return {name: p.description for name, p in _REGISTRY.items() if not p.missing()}
+    return {name: p.description for name, p in _REGISTRY.items() if p.unavailable() is None}
+
+
+def unavailable_patches() -> Dict[str, str]:
+    """Name -> why it cannot be used here (torch too old, library absent or of another version)."""
+    _load_families()
+    reasons = {name: p.unavailable() for name, p in _REGISTRY.items()}
+    return {name: reason for name, reason in reasons.items() if reason is not None}
 
 
 def applied_patches() -> List[str]:
@@ -100,13 +139,19 @@ def _load_families() -> None:
     importlib.import_module(__package__ + ".patches")
 
 
-def _resolve(target: str):
-    """``(owner, attr)`` for "module:attr.path", or None when it does not exist."""
+def _resolve(target: str, load: bool = True):
+    """``(owner, attr)`` for "module:attr.path", or None when it does not exist
+    (or, with ``load=False``, when its module has not been imported)."""
     module_name, _, path = target.partition(":")
-    try:
-        owner = importlib.import_module(module_name)
-    except ImportError:
-        return None
+    if not load:
+        owner = sys.modules.get(module_name)
+        if owner is None:
+            return None
+    else:
+        try:
+            owner = importlib.import_module(module_name)
+        except ImportError:
+            return None
     *parents, attr = path.split(".")
     for part in parents:
         owner = getattr(owner, part, None)
@@ -115,6 +160,20 @@ def _resolve(target: str):
     if not hasattr(owner, attr):
         return None
     return owner, attr
+
+
+def _parameter_names(fn) -> Optional[List[str]]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "(unknown version)"
 
 
 def _own_value(owner, attr):
@@ -132,9 +191,9 @@ def _apply(patch: Patch) -> None:
     proxies: Dict[int, object] = {}
     try:
         for target in patch.targets:
-            found = _resolve(target)
+            found = _resolve(target, load=not patch.library)
             if found is None:
-                continue  # optional and absent here (missing() was checked)
+                continue  # optional and absent here, or a library module not loaded
             owner, attr = found
             original = _own_value(owner, attr)
             if id(original) not in proxies:
@@ -212,11 +271,11 @@ def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> 
     if only is not None:
         chosen = [n for n in known if n in set(only)]
         for name in chosen:
-            missing = _REGISTRY[name].missing()
-            if missing:
-                raise RuntimeError(f"patch {name!r} is not available with this torch: it lacks {missing}")
+            reason = _REGISTRY[name].unavailable()
+            if reason:
+                raise RuntimeError(f"patch {name!r} is not available here: {reason}")
     else:
-        chosen = [n for n in known if not _REGISTRY[n].missing()]
+        chosen = [n for n in known if _REGISTRY[n].unavailable() is None]
     drop = set(exclude or ())
     chosen = [n for n in chosen if n not in drop]
     needed, todo = set(chosen), list(chosen)
