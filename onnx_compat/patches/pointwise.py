@@ -17,7 +17,13 @@ Measured on torch 2.13 (export facts §3, row 9).
     ``torch.vdot`` (``parametrizations.spectral_norm`` computes sigma with it)
     has no export; for real tensors it is ``(a * b).sum()``.
 
-The dynamo exporter writes the last two right, so they act under TorchScript only.
+``diff``
+    ``torch.diff`` ("Exporting the operator 'aten::diff' ... is not
+    supported"; transformers' masking utilities call it): ``prepend``/
+    ``append`` concatenated, then ``n`` times ``x[1:] - x[:-1]`` along ``dim``,
+    as slices that keep a dynamic length.
+
+The dynamo exporter writes the last three right, so they act under TorchScript only.
 """
 from __future__ import annotations
 
@@ -68,6 +74,31 @@ def _vdot(wrapped, instance, args, kwargs):
     return (b["input"] * b["other"]).sum()
 
 
+def diff(x, n=1, dim=-1, prepend=None, append=None):
+    """``torch.diff`` as concatenation and slices."""
+    dim = dim % x.dim()
+    parts = [t for t in (prepend, x, append) if t is not None]
+    if len(parts) > 1:
+        x = torch.cat(parts, dim)
+    before = (slice(None),) * dim
+    for _ in range(n):
+        if x.dtype == torch.bool:
+            x = x[before + (slice(1, None),)] != x[before + (slice(None, -1),)]
+        else:
+            x = x[before + (slice(1, None),)] - x[before + (slice(None, -1),)]
+    return x
+
+
+def _diff(wrapped, instance, args, kwargs):
+    b = tensor_call(instance, args, kwargs, ("input", "n", "dim", "prepend", "append"),
+                    {"n": 1, "dim": -1, "prepend": None, "append": None})
+    if b is None or not isinstance(b["n"], int) or b["n"] < 0 or b["input"].dim() == 0 \
+            or any(t is not None and (not isinstance(t, torch.Tensor) or t.dim() != b["input"].dim())
+                   for t in (b["prepend"], b["append"])):
+        return wrapped(*args, **kwargs)  # PyTorch's own error (or a scalar prepend it broadcasts)
+    return diff(b["input"], b["n"], b["dim"], b["prepend"], b["append"])
+
+
 register(Patch(
     name="expm1",
     description="torch.expm1 / Tensor.expm1 export under TorchScript and keep their precision near 0 under "
@@ -91,5 +122,14 @@ register(Patch(
     description="torch.vdot of real vectors exports under TorchScript (spectral_norm's sigma)",
     targets=("torch:vdot", "torch:Tensor.vdot"),
     wrapper=_vdot,
+    when="torchscript",
+))
+
+register(Patch(
+    name="diff",
+    description="torch.diff / Tensor.diff export under TorchScript (slices and a subtraction; n, dim, "
+                "prepend and append)",
+    targets=("torch:diff", "torch:Tensor.diff"),
+    wrapper=_diff,
     when="torchscript",
 ))
