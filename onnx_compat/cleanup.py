@@ -37,6 +37,19 @@ def _rules():
             if hasattr(rules, name)]
 
 
+def _register_orphan_constants(graph: "ir.Graph") -> None:
+    """onnxscript 0.7.2's optimizer can leave a constant it created (the shape of a Flatten it turned
+    into a Reshape, in Mimi's encoder) read by a node but owned by nothing: the model does not load.
+    Such a value has its tensor, so it becomes the initializer it was meant to be."""
+    inputs = set(graph.inputs)
+    for node in graph:
+        for value in node.inputs:
+            if value is None or value.producer() is not None or value in inputs or value.is_initializer():
+                continue
+            if value.const_value is not None and value.name and value.name not in graph.initializers:
+                graph.register_initializer(value)
+
+
 def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A cleaned copy of ``proto``: constants folded, no-ops removed, Pad fused into Conv."""
     model = ir.serde.deserialize_model(proto)
@@ -45,6 +58,7 @@ def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
                              output_size_limit=_MAX_WEIGHT_ELEMENTS)
     optimizer.optimize(model, num_iterations=1)  # a second round finds nothing more here, at twice the cost
     model = rewriter.rewrite(model, _rules())
+    _register_orphan_constants(model.graph)
     out = ir.serde.serialize_model(model)
     del out.metadata_props[:]
     out.metadata_props.extend(proto.metadata_props)

@@ -29,6 +29,8 @@ class Pointwise(nn.Module):
             return x.unfold(1, 5, 2).sum(-1) + x.transpose(1, 2).unfold(2, 4, 3).mean(-1).transpose(1, 2)[:, :1]
         if self.op == "cumsum_bool":
             return (x > 0).cumsum(1).to(x.dtype) * x + torch.cumsum(x < -1, dim=2)
+        if self.op == "diff":  # position ids from masks, as transformers' masking utilities compute them
+            return torch.diff(x, dim=1, prepend=x[:, :1]) + x.diff(n=2, dim=2, append=x[:, :, :2])
         if self.op == "adaptive_avg":
             return F.adaptive_avg_pool1d(x.transpose(1, 2), 5).transpose(1, 2)
         if self.op == "adaptive_max":
@@ -87,6 +89,7 @@ CASES = {
     "expm1": lambda: Pointwise("expm1"),
     "unfold": lambda: Pointwise("unfold"),
     "cumsum_bool": lambda: Pointwise("cumsum_bool"),
+    "diff": lambda: Pointwise("diff"),
     "rms_norm": lambda: Norms("rms_norm"),
     "instance_norm": lambda: Norms("instance_norm"),
     "spectral_norm": lambda: Norms("spectral_norm"),
@@ -105,6 +108,7 @@ VANILLA = {
     ("expm1", "dynamo"): "mismatch",  # exp(x) - 1: small arguments lose their digits
     ("unfold", "torchscript"): "input size not accessible",
     ("cumsum_bool", "torchscript"): "tensor(bool)",
+    ("diff", "torchscript"): "aten::diff",
     ("rms_norm", "torchscript"): "aten::rms_norm",
     ("instance_norm", "torchscript"): "instance_norm training for unknown batch size",
     ("spectral_norm", "torchscript"): "aten::vdot",

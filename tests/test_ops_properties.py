@@ -122,3 +122,19 @@ def test_adaptive_pooling_at_random_lengths(kind, exporter, batch, time, seed):
     model, proto = _exported(kind, exporter)
     x = torch.randn(batch, 4, time, generator=torch.Generator().manual_seed(seed))
     np.testing.assert_allclose(run(proto, x.numpy())[0], model(x).numpy(), atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(length=st.integers(1, 12), n=st.integers(0, 4), dim=st.integers(-2, 1), extra=st.integers(0, 3),
+       boolean=st.booleans())
+def test_diff_slices_match_eager(length, n, dim, extra, boolean):
+    from onnx_compat.patches.pointwise import diff
+    x = torch.randn(3, length) if dim in (-1, 1) else torch.randn(length, 3)
+    if boolean:
+        x = x > 0
+    shape = list(x.shape)
+    shape[dim] = extra
+    prepend = torch.zeros(shape, dtype=x.dtype) if extra else None
+    if n > length + extra:
+        return
+    torch.testing.assert_close(diff(x, n, dim, prepend=prepend), torch.diff(x, n, dim, prepend=prepend))

@@ -32,6 +32,15 @@ class MaskFromLengths(nn.Module):
         return self.model(**{self.key: data}, attention_mask=mask).last_hidden_state
 
 
+class Logits(nn.Module):
+    def __init__(self, model: nn.Module, key: str):
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, data):
+        return self.model(**{self.key: data}).logits
+
+
 class LastHiddenState(nn.Module):
     def __init__(self, model: nn.Module, key: str):
         super().__init__()
@@ -123,6 +132,100 @@ def fastspeech2_conformer_hifigan(seed: int = 0):
     return {"model": transformers.FastSpeech2ConformerHifiGan(config).eval(), "inputs": inputs, "outputs": outputs}
 
 
+def _spread_init(model: nn.Module, seed: int) -> nn.Module:
+    """Weights of unit scale and BatchNorm statistics of 1: random-init MobileNets otherwise output ~0."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, (2.0 / p[0].numel()) ** 0.5)
+            else:
+                p.uniform_(0.5, 1.5) if name.endswith("weight") else p.normal_(0.0, 0.1)
+    return model
+
+
+def mobilenet_v2_tf_padding(seed: int = 0):
+    """transformers MobileNetV2ForImageClassification with ``tf_padding=True`` (TF 'SAME' pads from int(shape))."""
+    import transformers
+    torch.manual_seed(seed)
+    config = transformers.MobileNetV2Config(image_size=64, depth_multiplier=0.25, min_depth=4, tf_padding=True,
+                                            num_labels=5)
+    model = _spread_init(Logits(transformers.MobileNetV2ForImageClassification(config), "pixel_values"), seed)
+    batch = Dim("batch")
+    inputs = [TensorSpec("data", [batch, 3, Dim("height", min=32, example=64), Dim("width", min=32, example=72)])]
+    return {"model": model.eval(), "inputs": inputs, "outputs": [TensorSpec("output", [batch, 5])]}
+
+
+class MimiCodes(nn.Module):
+    """Mimi's encoder half: raw audio ``[B, samples]`` -> codes ``[B, quantizers, frames]``."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, data):
+        return self.model.encode(data[:, None]).audio_codes
+
+
+def mimi_encode(seed: int = 0):
+    """transformers MimiModel.encode: SEANet convs with tensor-valued geometry, a transformer, RVQ."""
+    import transformers
+    torch.manual_seed(seed)
+    config = transformers.MimiConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4, head_dim=8,
+        intermediate_size=64, num_filters=4, upsampling_ratios=[4, 2], codebook_size=16, codebook_dim=16,
+        num_quantizers=2, num_semantic_quantizers=1, sliding_window=20, sampling_rate=800, frame_rate=50,
+        upsample_groups=32, vector_quantization_hidden_dimension=16)
+    batch = Dim("batch")
+    inputs = [TensorSpec("data", [batch, Dim("samples", min=200, example=800)])]
+    outputs = [TensorSpec("output", [batch, 2, Dim("frames")], dtype=torch.int64)]
+    model = MimiCodes(transformers.MimiModel(config))
+    with torch.no_grad():  # codebooks start at zero (every frame gets code 0): spread them
+        for name, buffer in model.named_buffers():
+            if name.endswith("embed_sum"):
+                buffer.normal_()
+    return {"model": model.eval(), "inputs": inputs, "outputs": outputs}
+
+
+class Pooled(nn.Module):
+    def __init__(self, model: nn.Module, key: str):
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, data):
+        return self.model(**{self.key: data}).pooler_output
+
+
+def clap_audio(seed: int = 0):
+    """transformers ClapAudioModel (Swin over a fixed-size mel image); its forward assigns window_size."""
+    import transformers
+    torch.manual_seed(seed)
+    config = transformers.ClapAudioConfig(
+        window_size=4, num_mel_bins=16, spec_size=32, patch_size=4, patch_stride=(4, 4), hidden_size=32,
+        depths=[1, 1], num_attention_heads=[2, 2], projection_dim=16, enable_fusion=False,
+        patch_embeds_hidden_size=16)
+    batch = Dim("batch")
+    inputs = [TensorSpec("data", [batch, 1, 32, 16])]
+    outputs = [TensorSpec("output", [batch, 32])]
+    return {"model": Pooled(transformers.ClapAudioModel(config), "input_features").eval(), "inputs": inputs,
+            "outputs": outputs}
+
+
+def qwen25_omni_ecapa(seed: int = 0):
+    """transformers' ECAPA_TimeDelayNet (Qwen2.5-Omni speaker encoder): reflect "same" convs with dilation,
+    attentive statistics pooling whose mask comes from ``len(torch.ones(B))``."""
+    import transformers
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import ECAPA_TimeDelayNet
+    torch.manual_seed(seed)
+    config = transformers.Qwen2_5OmniDiTConfig(
+        mel_dim=20, enc_dim=16, enc_channels=[16, 16, 16, 32], enc_kernel_sizes=[5, 3, 3, 1],
+        enc_dilations=[1, 2, 3, 1], enc_attention_channels=8, enc_res2net_scale=2, enc_se_channels=8)
+    batch = Dim("batch")
+    inputs = [TensorSpec("data", [batch, Dim("time", min=8), 20])]
+    outputs = [TensorSpec("output", [batch, 16])]
+    return {"model": ECAPA_TimeDelayNet(config).eval(), "inputs": inputs, "outputs": outputs}
+
+
 def lucidrains_conformer(seed: int = 0):
     """lucidrains ``conformer.Conformer``: explicit F.pad, its own attention (the control)."""
     import conformer as lucidrains
@@ -153,6 +256,10 @@ ZOO: Dict[str, Callable[..., dict]] = {
     "transformers ParakeetEncoder": parakeet_encoder,
     "transformers WhisperEncoder": whisper_encoder,
     "transformers FastSpeech2ConformerHifiGan": fastspeech2_conformer_hifigan,
+    "transformers MobileNetV2 (tf_padding)": mobilenet_v2_tf_padding,
+    "transformers Mimi (encode)": mimi_encode,
+    "transformers ClapAudioModel": clap_audio,
+    "transformers Qwen2.5-Omni ECAPA_TimeDelayNet": qwen25_omni_ecapa,
     "lucidrains conformer.Conformer": lucidrains_conformer,
     "onnx_compat Conformer (tiny)": bundled_conformer,
     "onnx_compat conv demo": bundled_conv_demo,

@@ -76,6 +76,8 @@ def _vdot(wrapped, instance, args, kwargs):
 
 def diff(x, n=1, dim=-1, prepend=None, append=None):
     """``torch.diff`` as concatenation and slices."""
+    if n == 0:
+        return x  # PyTorch ignores prepend/append then
     dim = dim % x.dim()
     parts = [t for t in (prepend, x, append) if t is not None]
     if len(parts) > 1:

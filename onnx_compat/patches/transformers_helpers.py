@@ -8,15 +8,18 @@ transformers is absent or the helper's signature is not the one expected.
     MobileNetV1/V2 with ``tf_padding=True`` pad through ``apply_tf_padding``,
     which reads ``int(features.shape[-2])``: TorchScript bakes H and W, dynamo
     specialises them. The same TF "SAME" rule is computed from the runtime
-    sizes without a branch (``H % s`` is ``(H - 1) % s + 1`` when it is not 0,
-    and ``s`` when it is), so the pads stay expressions of H and W.
-``conv_geometry_ints`` (either exporter)
+    sizes without a branch, so the pads stay expressions of H and W.
+``conv_geometry_ints`` (dynamo exporter)
     ``MimiConv1d``/``EncodecConv1d`` keep stride, kernel size and total
     padding as tensor buffers; their padding arithmetic on those tensors
     makes the pad amounts data-dependent under dynamo
     ("GuardOnDataDependentSymNode"). They are constants of the module: while
     exporting, ``forward`` computes them as Python ints from the wrapped
-    ``nn.Conv1d``'s own configuration, with the same formulas.
+    ``nn.Conv1d``'s own configuration, with the same formulas. The
+    TorchScript exporter traces the tensor arithmetic right and is left alone.
+
+A modeling module imported for the first time inside the export (not before)
+is not patched: build the model first, as one does.
 """
 from __future__ import annotations
 
@@ -26,22 +29,22 @@ import torch.nn.functional as F
 from ..registry import Patch, register
 
 
-def _modulo_or_stride(size, stride: int):
-    """``size % stride`` when that is not 0, else ``stride`` (sizes are >= 1)."""
-    return (size - 1) % stride + 1
-
-
-def _clamp_positive(value):
-    if isinstance(value, torch.Tensor):  # TorchScript: traced sizes
-        return value.clamp(min=0)
-    sym_max = getattr(torch, "sym_max", max)
-    return sym_max(value, 0)
+def _tf_pad_along(size, kernel: int, stride: int):
+    """transformers' rule, ``max(k - (size % s or s), 0)``, as ``ceil(size / s)·s - size + k - s``
+    (the same number: write size = q·s + r). A ceiling and no branch: the expression stays
+    linear in ``size``, which keeps torch.export's symbolic sizes small through a deep stack."""
+    along = (size + stride - 1) // stride * stride - size + kernel - stride
+    if kernel >= stride:
+        return along  # never negative
+    if isinstance(along, torch.Tensor):  # TorchScript: traced sizes
+        return along.clamp(min=0)
+    return getattr(torch, "sym_max", max)(along, 0)
 
 
 def tf_same_pads(height, width, kernel, stride, dilation):
     """transformers' ``apply_tf_padding`` amounts ``(left, right, top, bottom)`` for runtime sizes."""
-    along_h = _clamp_positive(kernel[0] - _modulo_or_stride(height, stride[0]))
-    along_w = _clamp_positive(kernel[1] - _modulo_or_stride(width, stride[1]))
+    along_h = _tf_pad_along(height, kernel[0], stride[0])
+    along_w = _tf_pad_along(width, kernel[1], stride[1])
     top, left = along_h // 2, along_w // 2
     return [left * dilation[1], (along_w - left) * dilation[1], top * dilation[0], (along_h - top) * dilation[0]]
 
@@ -110,7 +113,7 @@ register(Patch(
     targets=(_MODELS + "mimi.modeling_mimi:MimiConv1d.forward",
              _MODELS + "encodec.modeling_encodec:EncodecConv1d.forward"),
     wrapper=_conv1d_forward,
-    when="export",
+    when="dynamo",
     aliases=False,
     library="transformers",
     signature=("self", "hidden_states"),

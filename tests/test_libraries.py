@@ -1,0 +1,160 @@
+"""Library patches: transformers' helpers with small models built from the helpers themselves,
+the registry's handling of absent libraries and changed signatures, and torch.diff."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import onnx_compat
+from onnx_compat import registry
+from onnx_compat.registry import Patch
+
+from helpers import EXPORTERS, export, run
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.mobilenet_v2 import modeling_mobilenet_v2 as mnv2  # noqa: E402 - loaded, as a model's
+
+
+class TfPadded(nn.Module):
+    """Two strided convs padded by transformers' own ``apply_tf_padding`` (MobileNetV2, tf_padding=True)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv2d(3, 4, 3, stride=2), nn.Conv2d(4, 4, (4, 3), stride=(3, 2), dilation=1)])
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = torch.relu(conv(mnv2.apply_tf_padding(x, conv)))
+        return x
+
+
+class MimiStack(nn.Module):
+    """transformers' ``MimiConv1d`` (causal, replicate padding) and ``EncodecConv1d`` (reflect), strided."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.encodec.modeling_encodec import EncodecConv1d
+        from transformers.models.mimi.modeling_mimi import MimiConv1d
+        mimi = transformers.MimiConfig()
+        encodec = transformers.EncodecConfig(use_causal_conv=False, pad_mode="reflect")
+        self.layers = nn.ModuleList([MimiConv1d(mimi, 2, 4, kernel_size=7), MimiConv1d(mimi, 4, 4, 4, stride=2),
+                                     EncodecConv1d(encodec, 4, 4, kernel_size=5, stride=3),
+                                     MimiConv1d(mimi, 4, 3, 3, stride=2, dilation=1)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+CASES = {
+    "tf_padding": (TfPadded, lambda B, L: torch.randn(B, 3, L, L // 2 + 5), {0: {0: "batch", 2: "h", 3: "w"}}),
+    "conv_geometry": (MimiStack, lambda B, L: torch.randn(B, 2, 4 * L), {0: {0: "batch", 2: "samples"}}),
+}
+# torch 2.13, transformers 5.24: how the unpatched export goes wrong
+VANILLA = {
+    ("tf_padding", "torchscript"): "mismatch",             # H and W baked into the pads
+    ("tf_padding", "dynamo"): "invalid dimensions",         # strict-mode retry makes them static
+    ("conv_geometry", "dynamo"): "data-dependent",          # TorchScript traces the tensor arithmetic right
+}
+
+
+def _build(name):
+    torch.manual_seed(1)
+    return CASES[name][0]().eval()
+
+
+def _export(model, name, exporter):
+    return export(model, (CASES[name][1](2, 37),), exporter, CASES[name][2])
+
+
+def _check(proto, model, name):
+    for seed, (B, L) in enumerate([(1, 23), (3, 50), (2, 38)]):
+        torch.manual_seed(seed)
+        x = CASES[name][1](B, L)
+        with torch.no_grad():
+            expected = model(x).numpy()
+        got = run(proto, x.numpy())[0]
+        assert got.shape == expected.shape, (got.shape, expected.shape)
+        assert np.std(expected) > 1e-3
+        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_patched_helpers_keep_sizes_dynamic(name, exporter):
+    model = _build(name)
+    with onnx_compat.patched():
+        proto = _export(model, name, exporter)
+    _check(proto, model, name)
+
+
+@pytest.mark.parametrize("name,exporter", sorted(VANILLA))
+def test_vanilla_helpers_fail_as_recorded(name, exporter):
+    if exporter not in EXPORTERS:
+        pytest.skip("no dynamo exporter in this torch")
+    model = _build(name)
+    try:
+        _check(_export(model, name, exporter), model, name)
+    except AssertionError as exc:
+        message = "mismatch: " + str(exc)
+    except Exception as exc:
+        message = str(exc)
+    else:
+        pytest.fail("the unpatched export worked; the patch is not needed here")
+    assert VANILLA[name, exporter] in message, message[:400]
+
+
+def test_a_library_patch_never_imports_the_library():
+    """patched() and available_patches() leave unloaded transformers modules unloaded."""
+    code = ("import sys, onnx_compat\n"
+            "onnx_compat.available_patches()\n"
+            "with onnx_compat.patched():\n    pass\n"
+            "print(any(m.startswith('transformers') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def _register(**kwargs):
+    patch = Patch(wrapper=lambda w, i, a, k: w(*a, **k), when="export", **kwargs)
+    registry.register(patch)
+    return patch
+
+
+@pytest.fixture
+def scratch_patches():
+    names = []
+    yield names
+    for name in names:
+        registry._REGISTRY.pop(name, None)
+
+
+def test_an_absent_library_makes_its_patch_unavailable_with_the_reason(scratch_patches):
+    scratch_patches.append("absent_lib")
+    _register(name="absent_lib", description="x", targets=("no_such_package_xyz.mod:helper",),
+              library="no_such_package_xyz")
+    assert "absent_lib" not in onnx_compat.available_patches()
+    assert onnx_compat.unavailable_patches()["absent_lib"] == "no_such_package_xyz is not installed"
+    with pytest.raises(RuntimeError, match="'absent_lib' is not available here: no_such_package_xyz is not installed"):
+        onnx_compat.patched(only=["absent_lib"])
+    with onnx_compat.patched():  # the default selection simply leaves it out
+        assert "absent_lib" not in registry.applied_patches()
+
+
+def test_a_helper_with_another_signature_is_not_wrapped(scratch_patches):
+    """A library version whose helper changed: unavailable, with the version, and left alone."""
+    scratch_patches.append("changed_helper")
+    _register(name="changed_helper", description="x", library="transformers", signature=("features", "layer"),
+              targets=("transformers.models.mobilenet_v2.modeling_mobilenet_v2:MobileNetV2ConvLayer.forward",))
+    reason = onnx_compat.unavailable_patches()["changed_helper"]
+    assert transformers.__version__ in reason and "(self, features)" in reason
+    original = mnv2.MobileNetV2ConvLayer.forward
+    with onnx_compat.patched():
+        assert mnv2.MobileNetV2ConvLayer.forward is original
+
+
+def test_the_transformers_patches_are_available_here():
+    assert {"tf_same_padding", "conv_geometry_ints"} <= set(onnx_compat.available_patches())
