@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -105,12 +106,12 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 proto = None
                 seen = getattr(exc, "onnx_compat_warnings", None)
                 warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
-                report.attempts.append(Attempt(name, False, exporters.error_line(exc), time.perf_counter() - t0,
-                                               warned))
+                error = exporters.error_line(exc) + _baked_hint(warned["baked"])
+                report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned))
                 # what this attempt left on the report belongs to it, not to the next one
                 report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
                 if len(order) == 1:
-                    raise ExportError(f"{name} export failed: {exporters.error_line(exc)}") from exc
+                    raise ExportError(f"{name} export failed: {error}") from exc
         if proto is None:
             raise ExportError("no exporter produced a verified model: " +
                               "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts))
@@ -139,6 +140,24 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     write_atomically(proto, target)
     report.timings["total"] = time.perf_counter() - t_start
     return report
+
+
+_LOCATION = re.compile(r"\(([^()]+:\d+)\)$")
+
+
+def _baked_hint(baked: Sequence[str]) -> str:
+    """Where the tracer turned a tensor into a Python number: the user's source line that baked a size."""
+    places = []
+    for text in baked:
+        found = _LOCATION.search(text)
+        if found and found.group(1) not in places:
+            places.append(found.group(1))
+    if not places:
+        return ""
+    more = f" and {len(places) - 1} more" if len(places) > 1 else ""
+    return (f" [a size was frozen into the graph by Python code at {places[0]}{more} (TracerWarning: "
+            "'Converting a tensor to a Python ...'); compute it with tensor ops there, or let the dynamo "
+            "exporter trace it]")
 
 
 def clean_graph(proto: onnx.ModelProto) -> onnx.ModelProto:

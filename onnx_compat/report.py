@@ -68,7 +68,7 @@ class Report:
             lines.append(f"verified    {check['sizes']}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
         for attempt in self.attempts:
             if not attempt.ok:
-                lines.append(f"not used    {attempt.exporter}: {attempt.error}")
+                lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")
         lines += [f"repaired    {r}" for r in self.repairs]
         lines += [f"finding     {f}" for f in self.findings]
         for w in self.warnings.get("baked", []):

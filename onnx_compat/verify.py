@@ -17,6 +17,7 @@ import onnxruntime as ort
 import torch
 
 from .io_adapter import IOAdapter, flatten
+from .safety import preserved
 from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
 
@@ -138,13 +139,9 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
         raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
     if sizes is None:
         sizes = verification_sizes(inputs, example or dim_sizes(inputs))
-    was_training = [m.training for m in model.modules()]
-    reference = IOAdapter(model, forward_arguments(model, inputs), outputs).eval()
-    try:
+    with preserved(model):  # eval mode; flags, attributes and buffers as before afterwards
+        reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
         results = [check_at(sess, reference, inputs, outputs, s, seed + k, atol, rtol) for k, s in enumerate(sizes)]
-    finally:
-        for module, flag in zip(model.modules(), was_training):
-            module.training = flag
     if raise_on_failure:
         for r in results:
             if not r.ok:

@@ -204,3 +204,50 @@ def test_math_attention_agrees_with_sdpa_eagerly():
         torch.testing.assert_close(math_attention(q, kk, vv, **kwargs), expected)
         torch.testing.assert_close(math_attention(q, k, v, enable_gqa=True, **kwargs), expected)
     assert math_attention(q, kk, vv, attn_mask=bool_mask)[0, :, 2].abs().sum() == 0
+
+
+class PooledEncoder(nn.Module):
+    """A nested-tensor TransformerEncoder (final norm) pooled over *all* frames: padded ones count."""
+
+    def __init__(self, left_padded=False):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(D, HEADS, 32, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(D), enable_nested_tensor=True)
+        self.left_padded = left_padded
+
+    def forward(self, x, lengths):
+        pad = ~mask_of(x, lengths)
+        if self.left_padded:  # padding first: eager's nested path is not taken (not left-aligned)
+            pad = pad.flip(1)
+        return self.body(x, src_key_padding_mask=pad).mean(1)
+
+
+def _pooled_check(proto, model):
+    for seed, (B, T) in enumerate([(1, 23), (3, 50), (4, 9)], start=1):
+        x, lengths = _inputs(B, T, seed)
+        if B > 1:
+            lengths[1] = T // 2
+        with torch.no_grad():
+            expected = model(x, lengths).numpy()
+        np.testing.assert_allclose(run(proto, x.numpy(), lengths.numpy())[0], expected, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("left_padded", [False, True])
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_nested_tensor_zeros_at_padded_positions(exporter, left_padded):
+    torch.manual_seed(3)
+    model = PooledEncoder(left_padded).eval()
+    with onnx_compat.patched():
+        proto = _export(model, exporter, "no_grad")
+    _pooled_check(proto, model)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_without_the_zeros_patch_padded_positions_differ(exporter):
+    """The fast path off alone exports, but padded positions are not eager's zeros: pooled numbers differ."""
+    torch.manual_seed(3)
+    model = PooledEncoder().eval()
+    with onnx_compat.patched(exclude=["nested_tensor_zeros"]):
+        proto = _export(model, exporter, "no_grad")
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        _pooled_check(proto, model)

@@ -272,3 +272,36 @@ def test_an_export_that_assigns_module_state_leaves_the_model_as_it_was(exporter
         assert type(model.window) is int and model.window == 4
         assert not hasattr(model, "last") and model.training
         assert model.calls is calls and torch.equal(model.calls, buffer)
+
+
+class LenPooling(nn.Module):
+    """ECAPA-TDNN's attentive pooling mask (speechbrain; transformers' Qwen2.5-Omni): the batch
+    size reaches the mask through ``len()`` of a tensor built from ``x.shape[0]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, data):
+        x = data.transpose(1, 2)  # [B, C, L]
+        L = x.shape[-1]
+        lengths = torch.ones(x.shape[0], device=x.device)
+        mask = torch.arange(L, device=x.device).expand(len(lengths), L) < (lengths * L).unsqueeze(1)
+        weights = torch.softmax(self.proj(data).masked_fill(~mask[..., None], float("-inf")), dim=1)
+        return (weights * data).sum(1)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+def test_len_of_a_batch_sized_tensor_keeps_the_batch_dynamic(tmp_path):
+    """Named torch.export Dims made this batch static (an error, then TorchScript baked B);
+    dynamic hints keep it symbolic, and the graph verifies at B=1 and B=5."""
+    inputs = [TensorSpec("data", [Dim("batch"), Dim("time"), 6])]
+    outputs = [TensorSpec("output", [Dim("batch"), 6])]
+    path, model = str(tmp_path / "pool.onnx"), LenPooling().eval()
+    report = onnx_compat.export(model, path, inputs, outputs, exporter="auto")
+    assert report.exporter == "dynamo" and [a.ok for a in report.attempts] == [True]
+    checks = onnx_compat.verify(path, model, inputs, outputs,
+                                sizes=[{"batch": 1, "time": 9}, {"batch": 5, "time": 41}])
+    assert all(c.ok for c in checks)
+    with pytest.raises(ExportError, match=r"has shape \[3, 6\] in ONNX but \[1, 6\].*frozen into the graph by Python code at .*test_export.py:\d+"):
+        onnx_compat.export(model, str(tmp_path / "ts.onnx"), inputs, outputs, exporter="torchscript")

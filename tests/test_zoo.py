@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from onnx_compat import check_rasr, export
+from onnx_compat import ExportError, check_rasr, export
 from onnx_compat.models.zoo import ZOO
 from onnx_compat.vanilla import export_proto, vanilla_export
 
@@ -25,6 +25,10 @@ EXPECTED = {
     "transformers ParakeetEncoder": ("ok", "export", "dynamo"),
     "transformers WhisperEncoder": ("ok", "ok", "dynamo"),
     "transformers FastSpeech2ConformerHifiGan": ("ok", "ok", "dynamo"),
+    "transformers MobileNetV2 (tf_padding)": ("numbers", "numbers", "dynamo"),
+    "transformers Mimi (encode)": ("export", "export", "dynamo"),
+    "transformers ClapAudioModel": ("ok", "ok", "dynamo"),
+    "transformers Qwen2.5-Omni ECAPA_TimeDelayNet": ("run", "ok", "dynamo"),
     "lucidrains conformer.Conformer": ("ok", "ok", "dynamo"),
     "onnx_compat Conformer (tiny)": ("ok", "export", "dynamo"),
     "onnx_compat conv demo": ("ok", "ok", "dynamo"),
@@ -33,7 +37,12 @@ EXPECTED = {
 WHY = {  # the error text of each expected vanilla failure
     "export": {"Seamless": "Cannot view a tensor", "Wav2Vec2": "Cannot view a tensor",
                "Parakeet": "Cannot view a tensor", "Conformer (tiny)": "Cannot view a tensor",
-               "BLSTM": "zeros(): argument 'size'"},
+               "BLSTM": "zeros(): argument 'size'", "Mimi": ("aten::diff", "data-dependent")},
+    "run": {"ECAPA": "Non concat axis dimensions must match"},
+}
+# The TorchScript pipeline cannot fix these (Python code bakes a size); the error it gives instead.
+TORCHSCRIPT_LIMITS = {
+    "transformers Qwen2.5-Omni ECAPA_TimeDelayNet": "Concat",  # len(torch.ones(B)) is a Python int: B baked
 }
 
 
@@ -52,7 +61,7 @@ def test_vanilla_outcome_is_as_recorded(name, exporter):
     assert outcome.stage == expected, str(outcome)
     for key, text in WHY.get(outcome.stage, {}).items():
         if key in name:
-            assert text in outcome.detail
+            assert any(t in outcome.detail for t in ((text,) if isinstance(text, str) else text)), outcome.detail
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -80,9 +89,28 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
 def test_onnx_compat_torchscript_exports_and_verifies(name, tmp_path):
     """The other exporter, with its default cleanup: every zoo model works there too."""
     job = ZOO[name]()
+    if name in TORCHSCRIPT_LIMITS:
+        with pytest.raises(ExportError, match=TORCHSCRIPT_LIMITS[name]):
+            export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter="torchscript")
+        assert not os.path.exists(tmp_path / "m.onnx")
+        return
     report = export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter="torchscript")
     assert all(c["ok"] for c in report.verification) and len(report.verification) == 3
     assert not report.degenerate and report.nodes < report.nodes_before_cleanup
+
+
+@pytest.mark.parametrize("first", EXPORTERS)
+def test_clap_assigns_window_size_and_is_left_as_it_was(first, tmp_path):
+    """transformers' CLAP audio layers assign window_size in forward (a Tensor while tracing): the
+    model must come back as it was, so a second export in the same process sees the same model."""
+    job = ZOO["transformers ClapAudioModel"]()
+    layers = [m for m in job["model"].modules() if type(m).__name__ == "ClapAudioLayer"]
+    before = [(m.window_size, m.shift_size) for m in layers]
+    for i, exporter in enumerate([first] + [e for e in EXPORTERS if e != first]):
+        report = export(job["model"], str(tmp_path / f"{i}.onnx"), job["inputs"], job["outputs"], exporter=exporter)
+        assert all(c["ok"] for c in report.verification)
+        assert [(m.window_size, m.shift_size) for m in layers] == before
+        assert all(type(m.window_size) is int for m in layers)
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)

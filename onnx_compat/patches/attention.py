@@ -1,6 +1,6 @@
 """Attention: ``nn.MultiheadAttention``, the Transformer layers and SDPA.
 
-Three patches, each for a failure measured on torch 2.13 (export facts §3):
+Four patches, each for a failure measured on torch 2.13 (export facts §3):
 
 ``mha_in_projection`` (TorchScript exporter)
     ``F._in_projection_packed`` splits the packed q/k/v projection with
@@ -15,6 +15,14 @@ Three patches, each for a failure measured on torch 2.13 (export facts §3):
     export. While exporting, ``torch.backends.mha.get_fastpath_enabled()``
     answers False; the user's setting itself is never written, so there is
     nothing to restore.
+``nested_tensor_zeros`` (either exporter)
+    In inference, ``TransformerEncoder(enable_nested_tensor=True)`` with a
+    ``src_key_padding_mask`` runs its layers on a nested tensor and pads the
+    result with exact zeros (then applies its final norm). With the fast path
+    off while exporting, padded positions get other values, and a model that
+    pools over time after the encoder gives other numbers. The patch zeroes
+    them where eager would have nested (its own conditions; the left-aligned
+    padding check is computed in the graph).
 ``sdpa_math`` (either exporter)
     ``F.scaled_dot_product_attention`` written out as matmul/softmax/matmul.
     The dynamo exporter's decomposition of SDPA fails on float masks built from
@@ -109,6 +117,40 @@ def sdpa_wrapper(wrapped, instance, args, kwargs):
     return math_attention(**b)
 
 
+def _would_nest(encoder, src, mask, padding) -> bool:
+    """Whether eager ``TransformerEncoder.forward`` (torch 2.x, in inference) runs the layers on a nested
+    tensor, which leaves exact zeros at padded positions. The same checks as there, but grad mode
+    (an exported model is used for inference) and the data-dependent alignment check (in the graph)."""
+    first = encoder.layers[0] if len(encoder.layers) else None
+    return (getattr(encoder, "use_nested_tensor", False) and first is not None and not first.training
+            and isinstance(src, torch.Tensor) and src.dim() == 3 and not src.is_nested
+            and padding is not None and mask is None and not torch.is_autocast_enabled()
+            and src.device.type in ("cpu", "cuda", "xpu"))
+
+
+def encoder_forward(wrapped, instance, args, kwargs):
+    """``TransformerEncoder.forward`` with the fast path off, padded positions zeroed as the nested path does."""
+    names = ("src", "mask", "src_key_padding_mask", "is_causal")
+    if len(args) > len(names) or set(kwargs) - set(names):
+        return wrapped(*args, **kwargs)
+    bound = {**dict(zip(names, args)), **kwargs}
+    src, padding = bound.get("src"), bound.get("src_key_padding_mask")
+    if not _would_nest(instance, src, bound.get("mask"), padding):
+        return wrapped(*args, **kwargs)
+    norm = instance.norm
+    instance.norm = None  # eager zeroes the padded rows before the final norm
+    try:
+        out = wrapped(*args, **kwargs)
+    finally:
+        instance.norm = norm
+    pad = padding if padding.dtype == torch.bool else padding != 0  # [B, T], True where padded
+    if getattr(instance, "mask_check", True):  # eager nests only when every row's padding is at its end
+        aligned = (pad[:, :-1] & pad[:, 1:].logical_not()).any().logical_not()  # no frame after padding
+        pad = pad & aligned
+    out = out.masked_fill(pad[..., None], 0.0)
+    return norm(out) if norm is not None else out
+
+
 register(Patch(
     name="mha_in_projection",
     description="nn.MultiheadAttention / TransformerEncoderLayer keep the sequence length dynamic "
@@ -136,4 +178,15 @@ register(Patch(
     targets=("torch.nn.functional:scaled_dot_product_attention",),
     wrapper=sdpa_wrapper,
     when="export",
+))
+
+register(Patch(
+    name="nested_tensor_zeros",
+    description="TransformerEncoder(enable_nested_tensor=True) with a padding mask returns 0 at padded positions "
+                "in the export, as eager's nested-tensor path does",
+    targets=("torch.nn.modules.transformer:TransformerEncoder.forward",),
+    wrapper=encoder_forward,
+    when="export",
+    aliases=False,
+    requires=("mha_fastpath_off",),
 ))
