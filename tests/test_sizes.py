@@ -1,0 +1,66 @@
+"""Sizes computed by Python code (issue: sizes that stay dynamic). The dynamo exporter traces them
+symbolically; the TorchScript exporter freezes them, and the pipeline then names the line that did."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import onnx_compat
+from onnx_compat import Dim, ExportError, TensorSpec
+
+from helpers import EXPORTERS
+
+
+class CeilFrames(nn.Module):
+    """``math.ceil(T / 4)`` frames; pad amount computed in Python (SEANet-style)."""
+
+    def forward(self, data, lengths):
+        frames = math.ceil(data.shape[1] / 4)  # baked by TorchScript
+        x = F.pad(data, (0, 0, 0, frames * 4 - data.shape[1]))
+        return x.reshape(x.shape[0], frames, 4 * x.shape[2]), (lengths + 3) // 4
+
+
+class MaxLengthMask(nn.Module):
+    """torchaudio Conformer's padding mask: ``torch.arange(int(lengths.max()))``."""
+
+    def forward(self, data, lengths):
+        longest = int(lengths.max())  # baked by TorchScript
+        mask = torch.arange(longest, device=data.device).expand(lengths.shape[0], longest) >= lengths[:, None]
+        return data[:, :longest].masked_fill(mask[..., None], 0.0), lengths
+
+
+CASES = {
+    "ceil_frames": (CeilFrames, 12, "frames", "frames = math.ceil("),
+    "max_length_mask": (MaxLengthMask, 3, "time", "longest = int("),
+}
+
+
+def _specs(name):
+    _, width, out_time, _ = CASES[name]
+    batch, time = Dim("batch"), Dim("time")
+    return ([TensorSpec("data", [batch, time, 3], lengths=[1])],
+            [TensorSpec("output", [batch, time if out_time == "time" else Dim(out_time), width], lengths=[1])])
+
+
+def _line_of(cls, text):
+    import inspect
+    lines, start = inspect.getsourcelines(cls)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+@pytest.mark.parametrize("name", list(CASES))
+def test_auto_keeps_python_size_arithmetic_dynamic(name, tmp_path):
+    report = onnx_compat.export(CASES[name][0](), str(tmp_path / "m.onnx"), *_specs(name), exporter="auto")
+    assert report.exporter == "dynamo" and all(c["ok"] for c in report.verification)
+    assert {c["sizes"]["time"] for c in report.verification} >= {23}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_torchscript_names_the_line_that_froze_a_size(name, tmp_path):
+    cls, _, _, marker = CASES[name]
+    with pytest.raises(ExportError, match=rf"frozen into the graph by Python code at .*test_sizes.py:{_line_of(cls, marker)}"):
+        onnx_compat.export(cls(), str(tmp_path / "m.onnx"), *_specs(name), exporter="torchscript")
+    assert not (tmp_path / "m.onnx").exists()
