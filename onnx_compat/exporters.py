@@ -179,7 +179,7 @@ def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
 # in non-strict mode, or ``ceil(T/2) != 1`` behind a broadcast), and ``torch.onnx.export`` then retries
 # in other modes that quietly make the dim static. A hint lets torch.export narrow the range instead
 # and still raises when the dim would become a constant.
-_HINT = getattr(getattr(torch.export, "Dim", None), "DYNAMIC", None)
+_HINT = getattr(getattr(getattr(torch, "export", None), "Dim", None), "DYNAMIC", None)
 
 
 def _torch_dims():
