@@ -33,7 +33,7 @@ $(VENV20)/.installed: constraints-torch20.txt setup.py
 	touch $@
 
 test-torch20: $(VENV20)/.installed
-	$(VENV20)/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py
+	$(VENV20)/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py tests/test_ops.py
 
 clean:
 	rm -rf $(VENV) $(VENV20) *.egg-info .pytest_cache .hypothesis

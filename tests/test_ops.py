@@ -155,8 +155,19 @@ def _sizes(name):
 
 
 def _build(name):
+    if name == "rms_norm" and not hasattr(nn, "RMSNorm"):
+        pytest.skip(f"torch {torch.__version__} has no nn.RMSNorm")
     torch.manual_seed(sum(map(ord, name)))
     return CASES[name]().eval()
+
+
+def _fails_here(name, exporter):
+    """Whether this torch has the recorded vanilla failure (older releases may not call the op at all)."""
+    if name == "spectral_norm":  # sigma through torch.vdot since torch 2.1
+        import inspect
+        from torch.nn.utils import parametrizations
+        return "vdot" in inspect.getsource(parametrizations)
+    return True
 
 
 def _export(model, name, exporter):
@@ -189,6 +200,8 @@ def test_vanilla_export_fails_as_recorded(name, exporter):
     if exporter not in EXPORTERS:
         pytest.skip("no dynamo exporter in this torch")
     model = _build(name)
+    if not _fails_here(name, exporter):
+        pytest.skip(f"torch {torch.__version__} exports {name} without the patch")
     try:
         _check(_export(model, name, exporter), model, name)
     except AssertionError as exc:
@@ -231,7 +244,10 @@ def test_eager_is_untouched_inside_patched(name):
     model = _build(name)
     args = _inputs(name, 3, 20, 5)
     with torch.no_grad():
-        expected = model(*args)
+        expected, again = model(*args), model(*args)
         with onnx_compat.patched():
             got = model(*args)
-    assert torch.equal(got, expected)
+    if torch.equal(again, expected):
+        assert torch.equal(got, expected)
+    else:  # this torch's kernel is not bit-reproducible itself (InstanceNorm on torch 2.0)
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
