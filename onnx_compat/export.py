@@ -100,14 +100,15 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 elif verify:
                     results = check(proto)
                     report.timings["verify"] = time.perf_counter() - t1
-                report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0))
+                report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0, capture=captured.capture))
                 break
             except Exception as exc:
                 proto = None
                 seen = getattr(exc, "onnx_compat_warnings", None)
                 warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
                 error = exporters.error_line(exc) + _baked_hint(warned["baked"])
-                report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned))
+                report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned,
+                                               capture=seen.capture if seen else []))
                 # what this attempt left on the report belongs to it, not to the next one
                 report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
                 if len(order) == 1:

@@ -52,6 +52,8 @@ class Captured:
 
     baked: List[str] = field(default_factory=list)
     other: List[str] = field(default_factory=list)
+    # how torch.onnx.export(dynamo=True) obtained the graph: each capture strategy it tried, in order
+    capture: List[str] = field(default_factory=list)
 
     def add(self, record: warnings.WarningMessage) -> None:
         text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"
@@ -129,7 +131,7 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
                 if exporter == "torchscript":
                     proto = _torchscript(model, args, inputs, outputs, opset)
                 else:
-                    proto = _dynamo(model, args, inputs, outputs, opset)
+                    proto = _dynamo(model, args, inputs, outputs, opset, captured)
     except Exception as exc:
         for record in records:
             captured.add(record)
@@ -197,20 +199,33 @@ def _torch_dims():
     return torch_dim
 
 
-def _dynamo(model, args, inputs, outputs, opset) -> onnx.ModelProto:
+# torch.onnx's progress lines (verbose=True, 2.13): one per capture strategy, then its outcome
+_STRATEGY = re.compile(r"with `([^`]+)`\.\.\. (\u2705|\u274c)")
+
+
+def _strategies(text: str) -> List[str]:
+    return [f"{how}: {'ok' if mark == chr(0x2705) else 'failed'}" for how, mark in _STRATEGY.findall(text)]
+
+
+def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = None) -> onnx.ModelProto:
     torch_dim = _torch_dims()
 
     in_axes = _axes(inputs)
     names = _onnx_names(inputs)
     shapes = tuple({a: torch_dim(d) for a, d in in_axes[name].items()} or None for name in names)
+    progress = io.StringIO()
     try:
-        program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=(shapes,), opset_version=opset,
-                                    input_names=names, output_names=_onnx_names(outputs), verbose=False)
+        with contextlib.redirect_stdout(progress):
+            program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=(shapes,), opset_version=opset,
+                                        input_names=names, output_names=_onnx_names(outputs), verbose=True)
     except Exception as exc:
         static = _static_dims(exc, names, in_axes)
         if static:
             raise DimSpecialized("; ".join(static)) from exc
         raise
+    finally:
+        if captured is not None:
+            captured.capture = _strategies(progress.getvalue())
     proto = program.model_proto
     _name_dims(proto, inputs, outputs)
     return proto

@@ -13,6 +13,7 @@ class Attempt:
     error: Optional[str] = None
     seconds: float = 0.0
     warnings: Dict[str, List[str]] = field(default_factory=dict)  # of a failed attempt; the used one's are Report.warnings
+    capture: List[str] = field(default_factory=list)  # dynamo: torch.onnx's capture strategies, in order
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Report:
         for attempt in self.attempts:
             if not attempt.ok:
                 lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")
+            elif len(attempt.capture) > 1:  # torch.onnx retried another way; say which one made the graph
+                lines.append(f"captured    {attempt.exporter}: " + "; then ".join(attempt.capture))
         lines += [f"repaired    {r}" for r in self.repairs]
         lines += [f"finding     {f}" for f in self.findings]
         for w in self.warnings.get("baked", []):

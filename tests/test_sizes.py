@@ -64,3 +64,27 @@ def test_torchscript_names_the_line_that_froze_a_size(name, tmp_path):
     with pytest.raises(ExportError, match=rf"frozen into the graph by Python code at .*test_sizes.py:{_line_of(cls, marker)}"):
         onnx_compat.export(cls(), str(tmp_path / "m.onnx"), *_specs(name), exporter="torchscript")
     assert not (tmp_path / "m.onnx").exists()
+
+
+class SegmentLoop(nn.Module):
+    """torchaudio's Emformer builds its right-context blocks and attention mask in Python loops over
+    ``math.ceil(T / segment_length)`` segments: the segment count is a loop count, not a value."""
+
+    def forward(self, data):
+        segments = math.ceil(data.shape[1] / 4)
+        blocks = [data[:, s * 4:(s + 1) * 4].mean(1, keepdim=True) for s in range(segments)]  # the loop
+        return torch.cat(blocks, 1)
+
+
+def test_a_python_loop_over_segments_is_refused_by_both_exporters(tmp_path):
+    """No exporter keeps a Python loop count dynamic: one error, each attempt in it, no file."""
+    batch = Dim("batch")
+    inputs = [TensorSpec("data", [batch, Dim("time", min=8), 3])]
+    outputs = [TensorSpec("output", [batch, Dim("segments"), 3])]
+    with pytest.raises(ExportError) as failed:
+        onnx_compat.export(SegmentLoop(), str(tmp_path / "m.onnx"), inputs, outputs, exporter="auto")
+    message = str(failed.value)
+    assert "torchscript:" in message and f"test_sizes.py:{_line_of(SegmentLoop, '# the loop') - 1}" in message
+    if "dynamo" in EXPORTERS:
+        assert "dynamo:" in message and "segments" in message
+    assert not (tmp_path / "m.onnx").exists()
