@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import torch
 
 from onnx_compat.exporters import HAS_DYNAMO, bare_export
@@ -58,3 +59,17 @@ def vanilla_string_padding_failure(model, args, dynamic):
         return None
     assert auto_pads(proto)
     return proto
+
+
+def vanilla_failure(check, expected):
+    """Assert that ``check()`` (an unpatched export and its comparison with eager) fails, and how:
+    ``expected`` is in the error text, prefixed "mismatch: " for wrong numbers."""
+    try:
+        check()
+    except AssertionError as exc:
+        message = "mismatch: " + str(exc)
+    except Exception as exc:  # export or ONNX Runtime error
+        message = str(exc)
+    else:
+        pytest.fail("the unpatched export worked; the patch is not needed here")
+    assert expected in message, message[:500]

@@ -12,7 +12,7 @@ import onnx_compat
 from onnx_compat import registry
 from onnx_compat.registry import Patch
 
-from helpers import EXPORTERS, export, run
+from helpers import EXPORTERS, export, run, vanilla_failure
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.mobilenet_v2 import modeling_mobilenet_v2 as mnv2  # noqa: E402 - loaded, as a model's
@@ -97,15 +97,7 @@ def test_vanilla_helpers_fail_as_recorded(name, exporter):
     if exporter not in EXPORTERS:
         pytest.skip("no dynamo exporter in this torch")
     model = _build(name)
-    try:
-        _check(_export(model, name, exporter), model, name)
-    except AssertionError as exc:
-        message = "mismatch: " + str(exc)
-    except Exception as exc:
-        message = str(exc)
-    else:
-        pytest.fail("the unpatched export worked; the patch is not needed here")
-    assert VANILLA[name, exporter] in message, message[:400]
+    vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), VANILLA[name, exporter])
 
 
 def test_a_library_patch_never_imports_the_library():
