@@ -11,11 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .spec import Dim, TensorSpec, size_name
-
-
-class SpecError(ValueError):
-    """The declared inputs/outputs do not fit the model."""
+from .spec import Dim, SpecError, TensorSpec, size_name  # noqa: F401 - SpecError is re-exported here
 
 
 class IOAdapter(torch.nn.Module):

@@ -50,6 +50,10 @@ def size_name(name: str, axis: int) -> str:
     return f"{name}:size{axis}"
 
 
+class SpecError(ValueError):
+    """The declared inputs/outputs (or the examples) do not fit the model or each other."""
+
+
 @dataclass
 class TensorSpec:
     """One ONNX input or output and the lengths that come with it.
@@ -58,7 +62,10 @@ class TensorSpec:
     tensor named ``name:sizeN``). For inputs, ``arg`` names the forward
     argument of the tensor and ``length_args`` those of its lengths
     (``{1: "lengths"}``); when absent, inputs are passed positionally in ONNX
-    order.
+    order. ``values=(low, high)``: the range example and verification inputs
+    are drawn from (integers in ``[low, high)``, floats uniform in ``[low,
+    high]``); by default floats are standard normal and integers in 0..9.
+    Lengths are drawn as always.
     """
 
     name: str
@@ -68,20 +75,23 @@ class TensorSpec:
     lengths_dtype: torch.dtype = torch.int32
     arg: Optional[str] = None
     length_args: Mapping[int, str] = field(default_factory=dict)
+    values: Optional[Tuple[float, float]] = None
 
     def __post_init__(self) -> None:
         self.dims = tuple(self.dims)
         self.lengths = tuple(self.lengths)
         if self.lengths_dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"{self.name}: lengths_dtype must be torch.int32 or torch.int64")
+            raise SpecError(f"{self.name}: lengths_dtype must be torch.int32 or torch.int64")
         for axis in self.lengths:
             if not 0 < axis < len(self.dims):
-                raise ValueError(f"{self.name}: lengths axis {axis} is not a non-batch axis of {len(self.dims)} dims")
+                raise SpecError(f"{self.name}: lengths axis {axis} is not a non-batch axis of {len(self.dims)} dims")
             if not isinstance(self.dims[axis], Dim):
-                raise ValueError(f"{self.name}: axis {axis} has lengths, so it must be a Dim, not {self.dims[axis]!r}")
+                raise SpecError(f"{self.name}: axis {axis} has lengths, so it must be a Dim, not {self.dims[axis]!r}")
         for axis in self.length_args:
             if axis not in self.lengths:
-                raise ValueError(f"{self.name}: length_args names axis {axis}, which has no lengths")
+                raise SpecError(f"{self.name}: length_args names axis {axis}, which has no lengths")
+        if self.values is not None:
+            self.values = _check_values(self.name, self.values, self.dtype)
 
     @property
     def onnx_names(self) -> List[str]:
@@ -97,7 +107,24 @@ class TensorSpec:
             "dims": [d.name if isinstance(d, Dim) else d for d in self.dims],
             "dtype": str(self.dtype).replace("torch.", ""),
             "lengths": {size_name(self.name, a): str(self.lengths_dtype).replace("torch.", "") for a in self.lengths},
+            **({"values": list(self.values)} if self.values is not None else {}),
         }
+
+
+def _check_values(name: str, values, dtype: torch.dtype) -> Tuple[float, float]:
+    try:
+        low, high = values
+    except (TypeError, ValueError):
+        raise SpecError(f"{name}: values must be a (low, high) pair, got {values!r}") from None
+    if dtype == torch.bool:
+        raise SpecError(f"{name}: values= does not apply to a bool tensor")
+    numbers = (int, float) if dtype.is_floating_point else (int,)
+    if not all(isinstance(v, numbers) and not isinstance(v, bool) for v in (low, high)):
+        kind = "numbers" if dtype.is_floating_point else f"ints (the tensor is {str(dtype).replace('torch.', '')})"
+        raise SpecError(f"{name}: values=({low!r}, {high!r}) must be {kind}")
+    if not low < high:
+        raise SpecError(f"{name}: values=({low!r}, {high!r}) needs low < high")
+    return low, high
 
 
 def forward_arguments(model: torch.nn.Module, inputs: Sequence[TensorSpec]) -> List[Tuple[str, Optional[str]]]:
@@ -158,10 +185,14 @@ def make_inputs(inputs: Sequence[TensorSpec], sizes: Mapping[str, int], seed: in
     out: Dict[str, torch.Tensor] = {}
     for spec in inputs:
         shape = [sizes[d.name] if isinstance(d, Dim) else int(d) for d in spec.dims]
-        if spec.dtype.is_floating_point:
+        if spec.dtype.is_floating_point and spec.values is not None:
+            low, high = spec.values
+            out[spec.name] = (low + (high - low) * torch.rand(*shape, generator=gen, dtype=torch.float64)).to(spec.dtype)
+        elif spec.dtype.is_floating_point:
             out[spec.name] = torch.randn(*shape, generator=gen).to(spec.dtype)
         else:
-            out[spec.name] = torch.randint(0, 10, shape, generator=gen).to(spec.dtype)
+            low, high = spec.values or (0, 10)
+            out[spec.name] = torch.randint(low, high, shape, generator=gen).to(spec.dtype)
         for axis in spec.lengths:
             dim, total = spec.dims[axis], shape[axis]
             low = min(total, max(dim.min, total // 2))

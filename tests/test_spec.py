@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+import onnx_compat
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.spec import dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
@@ -80,3 +81,54 @@ def test_dims_that_are_multiples_round_up_everywhere():
         Dim("samples", multiple=0)
     with pytest.raises(ValueError, match="no multiple of 10"):
         Dim("samples", min=11, max=19, multiple=10)
+
+
+class SpeakerConditioned(torch.nn.Module):
+    """Features plus a speaker id into an embedding table of 3 speakers (as a unit vocoder's speaker_id)."""
+
+    def __init__(self):
+        super().__init__()
+        self.speakers = torch.nn.Embedding(3, 4)
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, data, speaker):
+        return self.proj(data) + self.speakers(speaker)[:, None, :]
+
+
+def _speaker_specs(values):
+    batch = Dim("batch")
+    return ([TensorSpec("data", [batch, Dim("time"), 4], values=(-1.0, 1.0)),
+             TensorSpec("speaker", [batch], dtype=torch.int64, values=values)],
+            [TensorSpec("output", [batch, Dim("time"), 4])])
+
+
+def test_declared_values_let_bounded_ids_export_and_verify(tmp_path):
+    import onnx
+    model = SpeakerConditioned().eval()
+    with pytest.raises(IndexError, match="index out of range"):  # ids drawn from 0..9 by default
+        onnx_compat.export(model, str(tmp_path / "a.onnx"), *_speaker_specs(None), exporter="torchscript")
+    path = str(tmp_path / "b.onnx")
+    report = onnx_compat.export(model, path, *_speaker_specs((0, 3)), exporter="auto")
+    assert all(c["ok"] for c in report.verification) and not report.degenerate
+    meta = {p.key: p.value for p in onnx.load(path).metadata_props}
+    assert '"values": [0, 3]' in meta["onnx_compat.inputs"]
+
+
+def test_values_draw_inside_the_range():
+    from onnx_compat.spec import make_inputs
+    ids = TensorSpec("ids", [Dim("batch"), 50], dtype=torch.int32, values=(100, 103))
+    wav = TensorSpec("wav", [Dim("batch"), 400], values=(-1, 1))
+    feeds = make_inputs([ids, wav], {"batch": 4}, seed=3)
+    assert set(feeds["ids"].unique().tolist()) == {100, 101, 102} and feeds["ids"].dtype == torch.int32
+    assert -1 <= float(feeds["wav"].min()) < -0.9 and 0.9 < float(feeds["wav"].max()) <= 1
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(values=(2, 2)), r"needs low < high"),
+    (dict(values=(0.5, 3), dtype=torch.int64), r"must be ints \(the tensor is int64\)"),
+    (dict(values=(0, 1), dtype=torch.bool), "does not apply to a bool tensor"),
+    (dict(values=5), r"must be a \(low, high\) pair"),
+])
+def test_bad_values_are_one_spec_error_naming_the_input(kwargs, message):
+    with pytest.raises(onnx_compat.SpecError, match="^x: .*" + message):
+        TensorSpec("x", [Dim("batch")], **kwargs)
