@@ -15,7 +15,9 @@ import json
 import sys
 from typing import List, Optional
 
+import numpy as np
 import onnx
+import torch
 
 from .export import export
 from .graph import inspect
@@ -45,11 +47,24 @@ def load_factory(spec: str):
         missing = [k for k in ("model", "inputs", "outputs") if k not in job]
         if missing:
             raise UsageError(f"{spec} returned a dict without {missing}")
-        return job["model"], job["inputs"], job["outputs"]
+        return job["model"], job["inputs"], job["outputs"], job.get("examples")
     if isinstance(job, (tuple, list)) and len(job) == 3:
-        return tuple(job)
+        return (*job, None)
     raise UsageError(f"{spec} must return {{'model', 'inputs', 'outputs'}} or (model, inputs, outputs), "
                      f"got {type(job).__name__}")
+
+
+def load_examples(path: Optional[str]):
+    """``--examples``: a ``.npz`` (one example, keys are ONNX input names) or a ``.pt`` (a dict or a list of dicts)."""
+    if path is None:
+        return None
+    if path.endswith(".npz"):
+        with np.load(path) as data:
+            return [{k: torch.from_numpy(data[k]) for k in data.files}]
+    if path.endswith(".pt"):
+        loaded = torch.load(path, weights_only=True)
+        return [loaded] if isinstance(loaded, dict) else loaded
+    raise UsageError(f"--examples takes a .npz or .pt file, got {path!r}")
 
 
 def _pairs(items: Optional[List[str]], what: str, cast=str) -> dict:
@@ -82,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime check (not recommended)")
     e.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
     e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")
+    e.add_argument("--examples", help="real inputs: FILE.npz (one example) or FILE.pt (a dict or list of dicts)")
 
     v = sub.add_parser("verify", help="check an ONNX file against a factory's eager model")
     v.add_argument("onnx")
@@ -89,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--atol", type=float, default=1e-4)
     v.add_argument("--rtol", type=float, default=1e-3)
     v.add_argument("--json")
+    v.add_argument("--examples", help="real inputs to verify too: FILE.npz or FILE.pt")
 
     i = sub.add_parser("inspect", help="I/O, dims, ops, auto_pad, metadata and RASR findings")
     i.add_argument("onnx")
@@ -133,22 +150,23 @@ def _inspect_text(info: dict) -> str:
 def run(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "export":
-        model, inputs, outputs = load_factory(args.factory)
+        model, inputs, outputs, examples = load_factory(args.factory)
         report = export(model, args.out, inputs, outputs, exporter=args.exporter,
                         sizes=_pairs(args.size, "--size", int), metadata=_pairs(args.metadata, "--metadata"),
                         opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
-                        strict=args.strict, rasr=args.rasr)
+                        strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples)
         if args.json:
             report.to_json(args.json)
         print(report.summary())
     elif args.command == "verify":
-        model, inputs, outputs = load_factory(args.factory)
-        results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol)
+        model, inputs, outputs, examples = load_factory(args.factory)
+        results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol,
+                         examples=load_examples(args.examples) or examples)
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump([r.to_dict() for r in results], fh, indent=2)
         for r in results:
-            print(f"ok  {r.sizes}  " + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+            print(f"ok  {'example ' if r.example else ''}{r.sizes}  " + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
     elif args.command == "repair":
         proto = onnx.load(args.onnx)
         fixed, done = repair_int_types(proto)

@@ -23,7 +23,7 @@ from .rasr import check_rasr
 from .repair import repair_int_types
 from .report import Attempt, Report
 from .safety import check_writable, preserved, write_atomically
-from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs
+from .spec import TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs
 from .verify import VerificationError, verify as verify_model
 
 
@@ -42,7 +42,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
            sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
            strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
            opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
-           cleanup: Optional[bool] = None) -> Report:
+           cleanup: Optional[bool] = None, examples=None) -> Report:
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
@@ -53,7 +53,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     requires RASR's rules to hold. ``patches``: options for ``patched()``.
     ``cleanup``: run onnxscript's optimizer and rewriter, then verify (default:
     TorchScript exports, and dynamo exports holding LSTM/GRU nodes; dynamo
-    optimizes the rest of its graphs itself).
+    optimizes the rest of its graphs itself). ``examples``: real inputs
+    ``[{onnx_name: tensor}, ...]``; the first is the export example unless
+    ``sizes`` is given, and every one is verified besides the generated shapes.
     """
     t_start = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
@@ -67,9 +69,12 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         raise SpecError(f"ONNX names must be unique; {dupes} appear more than once")
     target = check_writable(path)
     pairs = forward_arguments(model, inputs)
-    example = dim_sizes(inputs, sizes or {})
-    feeds = make_inputs(inputs, example, seed=seed)
-    args = tuple(feeds.values())
+    checked = check_examples(inputs, examples)
+    if checked and not sizes:
+        example, args = example_sizes(inputs, checked[0]), tuple(checked[0].values())
+    else:
+        example = dim_sizes(inputs, sizes or {})
+        args = tuple(make_inputs(inputs, example, seed=seed).values())
     if exporter == "auto":
         order = list(exporters.EXPORTERS) if exporters.HAS_DYNAMO else ["torchscript"]
     else:
@@ -94,7 +99,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 t1 = time.perf_counter()
                 report.timings[f"export_{name}"] = t1 - t0
                 check = functools.partial(verify_model, model=model, inputs=inputs, outputs=outputs,
-                                          example=example, atol=atol, rtol=rtol, seed=seed + 1)
+                                          example=example, atol=atol, rtol=rtol, seed=seed + 1, examples=checked)
                 if _wants_cleanup(cleanup, name, proto):
                     proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None)
                 elif verify:

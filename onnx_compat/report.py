@@ -66,7 +66,8 @@ class Report:
         ]
         for check in self.verification:
             errs = ", ".join(f"{o['name']} {o['max_abs_err']:.2e}" for o in check["outputs"])
-            lines.append(f"verified    {check['sizes']}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
+            label = "example " if check.get("example") else "verified"
+            lines.append(f"{label}    {check['sizes']}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
         for attempt in self.attempts:
             if not attempt.ok:
                 lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")

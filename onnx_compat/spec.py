@@ -225,3 +225,64 @@ def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int],
                 sizes[name] = _clamp(dim, max(2, round(example[name] * scale)))
         out.append(sizes)
     return out
+
+
+def check_examples(inputs: Sequence[TensorSpec], examples) -> List[Dict[str, torch.Tensor]]:
+    """User examples ``[{onnx_name: tensor}, ...]`` as tensors in ONNX order, checked against the specs.
+
+    Names, dtypes, ranks, static sizes, dim bounds and the consistency of named
+    dims (the batch of every tensor, the lengths' batch) are checked; lengths must
+    fit their axis. Any problem is one ``SpecError`` naming the example, input and dim.
+    """
+    if examples is None:
+        return []
+    if isinstance(examples, Mapping) or not isinstance(examples, Sequence):
+        raise SpecError("examples must be a list of {onnx_name: tensor} dicts")
+    wanted = {n: (spec, None) for spec in inputs for n in [spec.name]}
+    wanted.update({size_name(spec.name, a): (spec, a) for spec in inputs for a in spec.lengths})
+    order = [n for spec in inputs for n in spec.onnx_names]
+    checked = []
+    for k, example in enumerate(examples):
+        where = f"example {k}"
+        if not isinstance(example, Mapping):
+            raise SpecError(f"{where} is a {type(example).__name__}, not a {{onnx_name: tensor}} dict")
+        missing, extra = [n for n in order if n not in example], [n for n in example if n not in wanted]
+        if missing or extra:
+            raise SpecError(f"{where}: " + "; ".join(
+                ([f"missing input(s) {missing}"] if missing else []) + ([f"unknown input(s) {extra}"] if extra else []))
+                + f" (inputs are {order})")
+        tensors = {n: torch.as_tensor(example[n]) for n in order}
+        sizes: Dict[str, Tuple[int, str]] = {}
+        for name in order:
+            spec, axis = wanted[name]
+            t = tensors[name]
+            dims = spec.dims if axis is None else (spec.dims[0],)
+            dtype = spec.dtype if axis is None else spec.lengths_dtype
+            if t.dtype != dtype:
+                raise SpecError(f"{where}: input {name!r} is {str(t.dtype).replace('torch.', '')}, "
+                                f"declared {str(dtype).replace('torch.', '')}")
+            if t.dim() != len(dims):
+                raise SpecError(f"{where}: input {name!r} has rank {t.dim()}, declared {len(dims)}")
+            for i, (dim, size) in enumerate(zip(dims, t.shape)):
+                label = f"{where}: input {name!r} dim {i}"
+                if not isinstance(dim, Dim):
+                    if size != dim:
+                        raise SpecError(f"{label} is {size}, declared static {dim}")
+                    continue
+                if size < dim.min or (dim.max is not None and size > dim.max) or size % dim.multiple:
+                    raise SpecError(f"{label} ('{dim.name}') is {size}, outside [{dim.min}, {dim.max or 'inf'}]"
+                                    + (f" or not a multiple of {dim.multiple}" if dim.multiple > 1 else ""))
+                seen = sizes.setdefault(dim.name, (size, name))
+                if seen[0] != size:
+                    raise SpecError(f"{label} ('{dim.name}') is {size}, but {seen[1]!r} has {dim.name} = {seen[0]}")
+            if axis is not None and t.numel() and (int(t.min()) < 0 or int(t.max()) > tensors[spec.name].shape[axis]):
+                raise SpecError(f"{where}: lengths {name!r} {t.tolist()} do not fit dim {axis} of {spec.name!r} "
+                                f"(size {tensors[spec.name].shape[axis]})")
+        checked.append(tensors)
+    return checked
+
+
+def example_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, torch.Tensor]) -> Dict[str, int]:
+    """The named dim sizes of one (checked) example."""
+    return {dim.name: int(example[spec.name].shape[axis])
+            for spec in inputs for axis, dim in spec.dynamic_axes().items()}

@@ -18,7 +18,8 @@ import torch
 
 from .io_adapter import IOAdapter, flatten
 from .safety import preserved
-from .spec import TensorSpec, dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
+from .spec import (TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name,
+                   verification_sizes)
 
 
 class VerificationError(AssertionError):
@@ -39,6 +40,7 @@ class ShapeCheck:
     sizes: Dict[str, int]
     outputs: List[OutputCheck] = field(default_factory=list)
     error: Optional[str] = None
+    example: bool = False  # on a user example rather than generated inputs
 
     @property
     def ok(self) -> bool:
@@ -88,9 +90,11 @@ def compare(got: np.ndarray, expected: np.ndarray, mask: np.ndarray, name: str, 
 
 
 def check_at(sess: ort.InferenceSession, reference: torch.nn.Module, inputs: Sequence[TensorSpec],
-             outputs: Sequence[TensorSpec], sizes: Dict[str, int], seed: int, atol: float, rtol: float) -> ShapeCheck:
-    result = ShapeCheck(dict(sizes))
-    feeds = make_inputs(inputs, sizes, seed=seed)
+             outputs: Sequence[TensorSpec], sizes: Dict[str, int], seed: int, atol: float, rtol: float,
+             feeds: Optional[Dict[str, torch.Tensor]] = None) -> ShapeCheck:
+    """ORT against eager at ``sizes`` (random inputs), or on ``feeds`` (a user example)."""
+    result = ShapeCheck(dict(sizes), example=feeds is not None)
+    feeds = make_inputs(inputs, sizes, seed=seed) if feeds is None else feeds
     with torch.no_grad():
         expected = [t.detach().cpu().numpy() for t in flatten(reference(*feeds.values()))]
     onnx_inputs = {i.name for i in sess.get_inputs()}
@@ -124,13 +128,16 @@ def check_at(sess: ort.InferenceSession, reference: torch.nn.Module, inputs: Seq
 def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn.Module,
            inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
            example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
-           raise_on_failure: bool = True) -> List[ShapeCheck]:
+           raise_on_failure: bool = True, examples=None) -> List[ShapeCheck]:
     """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
 
     ``sizes``: the named dim sizes to run at (default: three shapes around
-    ``example``, B=1 first). Raises ``VerificationError`` naming the output
-    and the shape on the first failure unless ``raise_on_failure=False``.
+    ``example``, B=1 first). ``examples``: real inputs ``[{onnx_name: tensor}]``,
+    each checked too (after the generated shapes). Raises ``VerificationError``
+    naming the output and the shape on the first failure unless
+    ``raise_on_failure=False``.
     """
+    checked = check_examples(inputs, examples)
     try:
         onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
                                  full_check=True)
@@ -142,10 +149,12 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     with preserved(model):  # eval mode; flags, attributes and buffers as before afterwards
         reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
         results = [check_at(sess, reference, inputs, outputs, s, seed + k, atol, rtol) for k, s in enumerate(sizes)]
+        results += [check_at(sess, reference, inputs, outputs, example_sizes(inputs, feeds), seed, atol, rtol, feeds)
+                    for feeds in checked]
     if raise_on_failure:
         for r in results:
             if not r.ok:
                 bad = r.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
                                            for o in r.outputs if not o.ok)
-                raise VerificationError(f"at sizes {r.sizes}: {bad}")
+                raise VerificationError(f"{'on the example' if r.example else 'at'} sizes {r.sizes}: {bad}")
     return results

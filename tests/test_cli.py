@@ -44,3 +44,28 @@ def test_console_script_runs_as_a_process(tmp_path):
                              "--exporter", "torchscript"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "verified" in result.stdout and (tmp_path / "m.onnx").exists()
+
+
+def _demo_example(batch, time, seed=0):
+    import numpy as np
+    g = np.random.default_rng(seed)
+    lengths = np.array([time] + [max(1, time - 5 * k) for k in range(1, batch)], dtype=np.int32)
+    return {"data": g.standard_normal((batch, time, 40)).astype(np.float32), "data:size1": lengths}
+
+
+def test_examples_file_is_the_export_example_and_is_verified(tmp_path, capsys):
+    import numpy as np
+    import torch
+    np.savez(tmp_path / "one.npz", **_demo_example(2, 29))
+    torch.save([{k: torch.from_numpy(v) for k, v in _demo_example(b, t, b).items()} for b, t in [(1, 17), (3, 44)]],
+               tmp_path / "two.pt")
+    out, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    assert main(["export", FACTORY, "--out", str(out), "--exporter", "torchscript", "--json", str(report),
+                 "--examples", str(tmp_path / "one.npz")]) == 0
+    checks = json.loads(report.read_text())["verification"]
+    assert [c["example"] for c in checks] == [False, False, False, True] and checks[-1]["sizes"] == {"batch": 2, "time": 29}
+    capsys.readouterr()
+    assert main(["verify", str(out), FACTORY, "--examples", str(tmp_path / "two.pt")]) == 0
+    printed = capsys.readouterr().out
+    assert "ok  example {'batch': 1, 'time': 17}" in printed and "ok  example {'batch': 3, 'time': 44}" in printed
+    assert main(["verify", str(out), FACTORY, "--examples", str(tmp_path / "x.txt")]) == 2

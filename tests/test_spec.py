@@ -6,7 +6,7 @@ import onnx_compat
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.spec import dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
-from models import NamedArgs, subsample_specs
+from models import NamedArgs, named_specs, subsample_specs
 
 
 def test_size_names_follow_the_convention():
@@ -132,3 +132,50 @@ def test_values_draw_inside_the_range():
 def test_bad_values_are_one_spec_error_naming_the_input(kwargs, message):
     with pytest.raises(onnx_compat.SpecError, match="^x: .*" + message):
         TensorSpec("x", [Dim("batch")], **kwargs)
+
+
+def _examples_job():
+    model, inputs, outputs = NamedArgs().eval(), *named_specs()
+    return model, inputs, outputs
+
+
+def _named_example(batch=2, time=9, **changes):
+    example = {"data": torch.randn(batch, time, 6), "data:size1": torch.tensor([time] + [time - 2] * (batch - 1),
+                                                                               dtype=torch.int32)}
+    example.update(changes)
+    return example
+
+
+def test_examples_are_exported_and_verified(tmp_path):
+    model, inputs, outputs = _examples_job()
+    examples = [_named_example(2, 9), _named_example(1, 31)]
+    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter="torchscript",
+                                examples=examples)
+    on_examples = [c for c in report.verification if c["example"]]
+    assert [c["sizes"] for c in on_examples] == [{"batch": 2, "time": 9}, {"batch": 1, "time": 31}]
+    assert all(c["ok"] for c in report.verification) and len(report.verification) == 5
+    assert {c["sizes"]["time"] for c in report.verification if not c["example"]} - {9}  # unseen sizes still run
+    checks = onnx_compat.verify(str(tmp_path / "m.onnx"), model, inputs, outputs, examples=[_named_example(4, 12)])
+    assert checks[-1].example and checks[-1].ok
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(drop="data:size1"), r"example 0: missing input\(s\) \['data:size1'\]"),
+    (dict(extra=torch.zeros(2)), r"example 0: unknown input\(s\) \['extra'\]"),
+    (dict(data=torch.randn(2, 9, 6).double()), "example 0: input 'data' is float64, declared float32"),
+    (dict(data=torch.randn(2, 9)), "example 0: input 'data' has rank 2, declared 3"),
+    (dict(data=torch.randn(2, 9, 5)), "example 0: input 'data' dim 2 is 5, declared static 6"),
+    (dict(**{"data:size1": torch.tensor([9, 7, 7], dtype=torch.int32)}),
+     r"example 0: input 'data:size1' dim 0 \('batch'\) is 3, but 'data' has batch = 2"),
+    (dict(**{"data:size1": torch.tensor([9, 12], dtype=torch.int32)}), r"lengths 'data:size1' \[9, 12\] do not fit"),
+])
+def test_a_bad_example_is_one_error_naming_the_input_before_any_export(change, message, tmp_path):
+    model, inputs, outputs = _examples_job()
+    example = _named_example(2, 9)
+    drop = change.pop("drop", None)
+    example.update(change)
+    if drop:
+        del example[drop]
+    with pytest.raises(onnx_compat.SpecError, match=message):
+        onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, examples=[example])
+    assert not (tmp_path / "m.onnx").exists()
