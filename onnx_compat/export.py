@@ -91,6 +91,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
             t0 = time.perf_counter()
             try:
                 proto, captured = exporters.run(name, adapter, args, inputs, outputs, opset, patches)
+                _check_opset(proto, opset, name)
                 proto, report.repairs = repair_int_types(proto)
                 report.warnings = {"baked": captured.baked, "other": captured.other}
                 if strict and captured.baked:
@@ -141,7 +142,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         if not check.ok:
             raise ExportError("RASR would refuse this model: " + "; ".join(check.findings))
     summary = graph.inspect(proto)
-    for key in ("opset", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
+    for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
         setattr(report, key, summary[key])
     write_atomically(proto, target)
     report.timings["total"] = time.perf_counter() - t_start
@@ -170,6 +171,14 @@ def clean_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
     """Imported on use: the patch layer works where onnxscript is not installed (torch 2.0 envs)."""
     from .cleanup import cleanup
     return cleanup(proto)
+
+
+def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) -> None:
+    """``opset=`` is a promise: the dynamo exporter writes 18 when asked for less and its version
+    conversion fails, with only a log line to say so."""
+    got = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
+    if opset is not None and got != opset:
+        raise ExportError(f"{exporter} wrote opset {got}, not the requested opset {opset}")
 
 
 def _check_dims(proto, specs, stage: str) -> None:

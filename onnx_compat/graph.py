@@ -88,6 +88,7 @@ def inspect(model: Union[str, os.PathLike, onnx.ModelProto],
     proto = load(model)
     return {
         "opset": {imp.domain or "ai.onnx": imp.version for imp in proto.opset_import},
+        "ir_version": proto.ir_version,
         "inputs": [value_info(v) for v in proto.graph.input],
         "outputs": [value_info(v) for v in proto.graph.output],
         "nodes": len(proto.graph.node),

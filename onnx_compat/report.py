@@ -23,6 +23,7 @@ class Report:
     why: str = ""
     attempts: List[Attempt] = field(default_factory=list)
     opset: Dict[str, int] = field(default_factory=dict)
+    ir_version: Optional[int] = None
     inputs: List[dict] = field(default_factory=list)
     outputs: List[dict] = field(default_factory=list)
     nodes: int = 0
@@ -61,7 +62,7 @@ class Report:
             f"outputs     {io(self.outputs)}",
             f"graph       {self.nodes} nodes"
             + (f" ({self.nodes_before_cleanup} before cleanup)" if self.nodes_before_cleanup else "")
-            + f", opset {self.opset.get('ai.onnx')}, auto_pad {len(self.auto_pad)}, "
+            + f", opset {self.opset.get('ai.onnx')} (IR {self.ir_version}), auto_pad {len(self.auto_pad)}, "
             f"top ops {dict(list(self.ops.items())[:5])}",
         ]
         for check in self.verification:

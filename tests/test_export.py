@@ -305,3 +305,23 @@ def test_len_of_a_batch_sized_tensor_keeps_the_batch_dynamic(tmp_path):
     assert all(c.ok for c in checks)
     with pytest.raises(ExportError, match=r"has shape \[3, 6\] in ONNX but \[1, 6\].*frozen into the graph by Python code at .*test_export.py:\d+"):
         onnx_compat.export(model, str(tmp_path / "ts.onnx"), inputs, outputs, exporter="torchscript")
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+def test_opset_is_a_promise(tmp_path):
+    """torch's dynamo exporter writes opset 18 when asked for 17 and its conversion fails (the bundled
+    Conformer), with a log line only: that attempt fails, auto moves on, the file has what was asked."""
+    import onnx
+    from onnx_compat.models import conformer
+    job = conformer.tiny()
+    path = str(tmp_path / "c.onnx")
+    report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="auto", opset=17)
+    assert [(a.exporter, a.error) for a in report.attempts] == [
+        ("dynamo", "ExportError: dynamo wrote opset 18, not the requested opset 17"), ("torchscript", None)]
+    written = onnx.load(path)
+    assert report.opset["ai.onnx"] == 17 and report.ir_version == written.ir_version == 8
+    assert [i.version for i in written.opset_import if i.domain in ("", "ai.onnx")] == [17]
+    with pytest.raises(ExportError, match="dynamo wrote opset 18, not the requested opset 17"):
+        onnx_compat.export(job["model"], str(tmp_path / "d.onnx"), job["inputs"], job["outputs"], exporter="dynamo",
+                           opset=17)
+    assert not (tmp_path / "d.onnx").exists()
