@@ -31,6 +31,7 @@ import torch
 
 from ..registry import Patch, register
 from ._calls import tensor_call
+from ._static import static_ints
 
 _NEAR_ZERO = 0.5
 
@@ -69,7 +70,8 @@ def _vdot(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input", "other"))
     if b is None or b["input"].is_complex() or b["other"].is_complex() or b["input"].dim() != 1:
         return wrapped(*args, **kwargs)
-    if b["input"].shape != b["other"].shape or b["input"].dtype != b["other"].dtype:
+    # vector lengths are weight sizes here: compared as ints, without a "baked" TracerWarning
+    if static_ints(b["input"].shape) != static_ints(b["other"].shape) or b["input"].dtype != b["other"].dtype:
         return wrapped(*args, **kwargs)  # PyTorch's own error
     return (b["input"] * b["other"]).sum()
 
