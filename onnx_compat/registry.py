@@ -186,7 +186,8 @@ def _skip_for_aliases(module_name: str) -> bool:
     return module_name == "torch" or module_name.startswith(("torch.", __package__ + ".patches"))
 
 
-def _apply(patch: Patch) -> None:
+def _apply(patch: Patch) -> Dict[int, Tuple[object, object]]:
+    """Swap in ``patch``'s targets; returns its proxies by the id of what they wrap (for the alias scan)."""
     changes = Changes()
     proxies: Dict[int, object] = {}
     try:
@@ -199,16 +200,21 @@ def _apply(patch: Patch) -> None:
             if id(original) not in proxies:
                 proxies[id(original)] = (original, wrapt.FunctionWrapper(original, patch.gate))
             changes.setattr(owner, attr, proxies[id(original)][1])
-        if patch.aliases:
-            _rebind_aliases(changes, proxies)
         patch._script_ids = _register_for_script(proxies.values())
     except BaseException:
         changes.undo()
         raise
     patch._changes = changes
+    return proxies
 
 
-def _rebind_aliases(changes: Changes, proxies: Dict[int, Tuple[object, object]]) -> None:
+def _rebind_aliases(applied: Sequence[Tuple[Patch, Dict[int, Tuple[object, object]]]]) -> None:
+    """One pass over the loaded modules for every patch just applied (a pass per patch cost
+    ~3 ms each with ~1,500 modules loaded); each rebinding is recorded with its own patch."""
+    proxies = {key: (original, proxy, patch._changes)
+               for patch, found in applied if patch.aliases for key, (original, proxy) in found.items()}
+    if not proxies:
+        return
     for module_name, module in list(sys.modules.items()):
         if module is None or _skip_for_aliases(module_name):
             continue
@@ -218,7 +224,7 @@ def _rebind_aliases(changes: Changes, proxies: Dict[int, Tuple[object, object]])
         for key, value in list(namespace.items()):
             hit = proxies.get(id(value))
             if hit is not None and hit[0] is value:
-                changes.setattr(module, key, hit[1])
+                hit[2].setattr(module, key, hit[1])
 
 
 def _script_table():
@@ -293,13 +299,15 @@ def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> 
 def _acquire(names: Sequence[str]) -> None:
     with _LOCK:
         done: List[str] = []
+        applied = []
         try:
             for name in names:
                 patch = _REGISTRY[name]
                 if patch._count == 0:
-                    _apply(patch)
+                    applied.append((patch, _apply(patch)))
                 patch._count += 1
                 done.append(name)
+            _rebind_aliases(applied)
         except BaseException:
             _release(done)
             raise
