@@ -187,9 +187,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         print(f"onnx-compat: usage error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # one clear line for a pipeline's log
+    except Exception as exc:  # one clear line for a pipeline's log, and the module at fault when known
         message = str(exc).strip().splitlines()
         print(f"onnx-compat: {type(exc).__name__}: {message[0] if message else ''}", file=sys.stderr)
+        for line in message[1:]:
+            if line.startswith("culprit "):
+                print(line, file=sys.stderr)
         return 1
 
 

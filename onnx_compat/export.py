@@ -19,6 +19,7 @@ import torch
 
 from . import __version__, exporters, graph
 from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
+from .culprit import culprit
 from .rasr import check_rasr
 from .repair import repair_int_types
 from .report import Attempt, Report
@@ -113,15 +114,17 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 seen = getattr(exc, "onnx_compat_warnings", None)
                 warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
                 error = exporters.error_line(exc) + _baked_hint(warned["baked"])
+                pointed = culprit(exc, model, exporters.error_line(exc))
                 report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned,
-                                               capture=seen.capture if seen else []))
+                                               capture=seen.capture if seen else [], culprit=pointed))
                 # what this attempt left on the report belongs to it, not to the next one
                 report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
                 if len(order) == 1:
-                    raise ExportError(f"{name} export failed: {error}") from exc
+                    raise ExportError(f"{name} export failed: {error}" + (f"\n{pointed}" if pointed else "")) from exc
         if proto is None:
             raise ExportError("no exporter produced a verified model: " +
-                              "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts))
+                              "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
+                              "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit))
     report.exporter = name
     report.why = ("requested" if exporter != "auto" else
                   "dynamo exported and verified" if name == "dynamo" else

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import onnx
 import torch
 
+from . import flags
 from .registry import patched
 from .safety import preserved
 from .spec import Dim, TensorSpec, size_name
@@ -171,9 +172,37 @@ def _torchscript(model, args, inputs, outputs, opset) -> onnx.ModelProto:
     axes = wanted_dynamic(list(inputs) + list(outputs))
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/model.onnx"
-        torch.onnx.export(model, args, path, input_names=_onnx_names(inputs), output_names=_onnx_names(outputs),
-                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset, **_TORCHSCRIPT)
+        try:
+            torch.onnx.export(model, args, path, input_names=_onnx_names(inputs), output_names=_onnx_names(outputs),
+                              dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset, **_TORCHSCRIPT)
+        except Exception as exc:
+            _attach_failed_scope(exc, model, args)
+            raise
         return onnx.load(path)
+
+
+_FAILED_OP = re.compile(r"operator '(\w+::\w+)'")
+
+
+def _attach_failed_scope(exc: BaseException, model, args) -> None:
+    """An op the TorchScript exporter cannot convert is named, its node is not: trace again (only now,
+    on failure, with the same patches acting) and attach the first such node's scope and source."""
+    found = _FAILED_OP.search(str(exc))
+    if not found or "scope:" in str(exc):  # the error quotes the node's scope itself
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            flags.request_trace(+1)
+            try:
+                traced = torch.jit.trace(model, args, check_trace=False, strict=False)
+            finally:
+                flags.request_trace(-1)
+        node = next((n for n in traced.inlined_graph.nodes() if n.kind() == found.group(1)), None)
+    except Exception:  # diagnosis never hides the exporter's own error
+        return
+    if node is not None:
+        exc.onnx_compat_scope = (node.scopeName(), str(node.sourceRange()).splitlines()[0] if node.sourceRange() else "")
 
 
 # ``Dim.DYNAMIC`` with bounds (torch >= 2.6): a hint, not a named symbol. A named ``torch.export.Dim``
@@ -222,6 +251,7 @@ def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = 
         static = _static_dims(exc, names, in_axes)
         if static:
             raise DimSpecialized("; ".join(static)) from exc
+        _attach_failed_node(exc, model, args, (shapes,))
         raise
     finally:
         if captured is not None:
@@ -229,6 +259,35 @@ def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = 
     proto = program.model_proto
     _name_dims(proto, inputs, outputs)
     return proto
+
+
+_FAILED_NODE = re.compile(r"Error when translating node %(\w+)")
+
+
+def _attach_failed_node(exc: BaseException, model, args, dynamic_shapes) -> None:
+    """A translation failure names an FX node of a program torch.onnx does not hand back: export it
+    again (only now, on failure) and attach that node's module stack and source for ``culprit``."""
+    text, seen = "", exc
+    while seen is not None:
+        text += "\n" + str(seen)
+        seen = seen.__cause__
+    found = _FAILED_NODE.search(text)
+    if not found:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
+            program = program.run_decompositions()
+    except Exception:  # diagnosis never hides the exporter's own error
+        return
+    nodes = {node.name: node for node in program.graph.nodes}
+    name = found.group(1)
+    node = nodes.get(name) or next((n for key, n in nodes.items() if key.split("_default")[0] == name.rstrip("_0123456789")
+                                    or name.startswith(key)), None)
+    if node is not None:
+        exc.onnx_compat_node = {"nn_module_stack": node.meta.get("nn_module_stack"),
+                                "stack_trace": node.meta.get("stack_trace")}
 
 
 class DimSpecialized(RuntimeError):

@@ -14,6 +14,7 @@ class Attempt:
     seconds: float = 0.0
     warnings: Dict[str, List[str]] = field(default_factory=dict)  # of a failed attempt; the used one's are Report.warnings
     capture: List[str] = field(default_factory=list)  # dynamo: torch.onnx's capture strategies, in order
+    culprit: Optional[str] = None  # "culprit <module path> (<Class>): <what>" of a failed attempt
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Report:
         for attempt in self.attempts:
             if not attempt.ok:
                 lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")
+                if attempt.culprit:
+                    lines.append(f"            {attempt.culprit}")
             elif len(attempt.capture) > 1:  # torch.onnx retried another way; say which one made the graph
                 lines.append(f"captured    {attempt.exporter}: " + "; then ".join(attempt.capture))
         lines += [f"repaired    {r}" for r in self.repairs]
