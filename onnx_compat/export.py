@@ -113,8 +113,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 proto = None
                 seen = getattr(exc, "onnx_compat_warnings", None)
                 warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
-                error = exporters.error_line(exc) + _baked_hint(warned["baked"])
-                pointed = culprit(exc, model, exporters.error_line(exc))
+                what = exporters.error_line(exc)
+                error = what + _baked_hint(warned["baked"])
+                pointed = culprit(exc, model, what)
                 report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned,
                                                capture=seen.capture if seen else [], culprit=pointed))
                 # what this attempt left on the report belongs to it, not to the next one

@@ -267,11 +267,7 @@ _FAILED_NODE = re.compile(r"Error when translating node %(\w+)")
 def _attach_failed_node(exc: BaseException, model, args, dynamic_shapes) -> None:
     """A translation failure names an FX node of a program torch.onnx does not hand back: export it
     again (only now, on failure) and attach that node's module stack and source for ``culprit``."""
-    text, seen = "", exc
-    while seen is not None:
-        text += "\n" + str(seen)
-        seen = seen.__cause__
-    found = _FAILED_NODE.search(text)
+    found = _FAILED_NODE.search(_cause_text(exc))
     if not found:
         return
     try:
@@ -299,13 +295,18 @@ class DimSpecialized(RuntimeError):
 _STATIC = re.compile(r"inferred a static shape of (\d+) for dimension inputs\['tensors'\]\[(\d+)\]\.shape\[(\d+)\]")
 
 
-def _static_dims(exc: BaseException, names: Sequence[str], axes: Dict[str, Dict[int, Dim]]) -> List[str]:
+def _cause_text(exc: BaseException) -> str:
+    """The messages of ``exc`` and of every exception it was raised from: exporters wrap the real one."""
     text, seen = "", exc
     while seen is not None:
         text += "\n" + str(seen)
         seen = seen.__cause__
+    return text
+
+
+def _static_dims(exc: BaseException, names: Sequence[str], axes: Dict[str, Dict[int, Dim]]) -> List[str]:
     found = []
-    for size, index, axis in _STATIC.findall(text):
+    for size, index, axis in _STATIC.findall(_cause_text(exc)):
         name = names[int(index)] if int(index) < len(names) else f"input {index}"
         dim = axes.get(name, {}).get(int(axis))
         label = f" ('{dim.name}')" if dim is not None else ""

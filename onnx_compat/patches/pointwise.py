@@ -5,8 +5,8 @@ Measured on torch 2.13 (export facts §3, row 9).
 ``expm1`` (either exporter)
     TorchScript: "Exporting the operator 'aten::expm1' ... is not supported"
     (HiFi-GAN duration predictors). dynamo writes ``Exp(x) - 1``, which loses
-    the digits of small arguments (relative error 1e-4 at x = 1e-3, 5 % at
-    1e-6). Near 0 Kahan's ``(u - 1) · x / log(u)`` keeps them: within a few
+    the digits of small arguments (float32 relative error 2e-5 at x = 1e-3,
+    4.6 % at 1e-6, measured against eager ``expm1``). Near 0 Kahan's ``(u - 1) · x / log(u)`` keeps them: within a few
     float32 ulps of eager ``expm1`` everywhere.
 ``cumsum_small_ints``
     ``cumsum`` of a bool (or int8/uint8/int16) tensor exports, and ONNX Runtime
