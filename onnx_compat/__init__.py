@@ -8,6 +8,7 @@ from .io_adapter import SpecError  # noqa: E402
 from .verify import VerificationError, verify  # noqa: E402
 from .graph import inspect  # noqa: E402
 from .rasr import check_rasr  # noqa: E402
+from .patches._complex import SpectralError  # noqa: E402
 
 __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr",
-           "ExportError", "SpecError", "VerificationError", "__version__"]
+           "ExportError", "SpecError", "SpectralError", "VerificationError", "__version__"]

@@ -9,3 +9,4 @@ from . import pooling  # noqa: F401
 from . import resize  # noqa: F401
 from . import sequences  # noqa: F401
 from . import transformers_helpers  # noqa: F401
+from . import spectral  # noqa: F401
