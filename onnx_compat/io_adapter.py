@@ -70,6 +70,9 @@ def check_outputs(returned: Sequence[torch.Tensor], outputs: Sequence[TensorSpec
         if tensor.dim() != len(spec.dims):
             raise SpecError(f"output {spec.name!r}: declared rank {len(spec.dims)} {list(_dims_text(spec))}, "
                             f"the model returned rank {tensor.dim()} {list(tensor.shape)}")
+        if tensor.is_complex():
+            raise SpecError(f"output {spec.name!r}: the model returns a complex tensor ({tensor.dtype}); exported "
+                            f"graphs carry real tensors: return torch.view_as_real(...) (or abs/angle) instead")
         if tensor.dtype != spec.dtype:
             raise SpecError(f"output {spec.name!r}: declared dtype {spec.dtype}, the model returned {tensor.dtype}")
         dims = []
