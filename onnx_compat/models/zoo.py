@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..spec import Dim, TensorSpec
-from . import blstm, conformer, conv_demo
+from . import audio, blstm, conformer, conv_demo
 
 
 class MaskFromLengths(nn.Module):
@@ -249,6 +249,18 @@ def bundled_blstm(seed: int = 0):
     return blstm.build(hidden=32, seed=seed)
 
 
+def bundled_log_mel(seed: int = 0):
+    return audio.frontend(seed=seed)
+
+
+def bundled_raw_audio_conformer(seed: int = 0):
+    return audio.raw_conformer(seed=seed)
+
+
+def bundled_istft_vocoder(seed: int = 0):
+    return audio.vocoder(seed=seed)
+
+
 ZOO: Dict[str, Callable[..., dict]] = {
     "transformers LasrEncoder": lasr_encoder,
     "transformers SeamlessM4TSpeechEncoder": seamless_m4t_speech_encoder,
@@ -264,4 +276,7 @@ ZOO: Dict[str, Callable[..., dict]] = {
     "onnx_compat Conformer (tiny)": bundled_conformer,
     "onnx_compat conv demo": bundled_conv_demo,
     "onnx_compat BLSTM": bundled_blstm,
+    "onnx_compat log-mel front-end": bundled_log_mel,
+    "onnx_compat raw-audio Conformer": bundled_raw_audio_conformer,
+    "onnx_compat ISTFT vocoder": bundled_istft_vocoder,
 }
