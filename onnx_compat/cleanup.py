@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx
 from onnxscript import ir, optimizer, rewriter
 from onnxscript.rewriter.rules import common as rules
@@ -50,9 +51,44 @@ def _register_orphan_constants(graph: "ir.Graph") -> None:
                 graph.register_initializer(value)
 
 
+def _fold_static_dims(graph: "ir.Graph") -> None:
+    """``Gather(Shape(x), i)`` where dim ``i`` of ``x`` is static becomes that constant.
+
+    The TorchScript tracer reads every size through ``Shape``, the static ones
+    too (an FFT over a fixed 512-sample frame), and onnxscript 0.7.2 folds a
+    ``Shape`` only when all of its dims are static: the tables computed from
+    such a size stayed in the graph, recomputed on every run.
+    """
+    for node in list(graph):
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            continue
+        shape_node = node.inputs[0].producer() if node.inputs[0] is not None else None
+        index = ir.convenience.get_const_tensor(node.inputs[1]) if node.inputs[1] is not None else None
+        axis = node.attributes["axis"].as_int() if "axis" in node.attributes else 0
+        if shape_node is None or shape_node.op_type != "Shape" or index is None or axis != 0:
+            continue
+        source = shape_node.inputs[0].shape if shape_node.inputs[0] is not None else None
+        if source is None:
+            continue
+        start = shape_node.attributes["start"].as_int() if "start" in shape_node.attributes else 0
+        end = shape_node.attributes["end"].as_int() if "end" in shape_node.attributes else len(source)
+        dims = list(source)[slice(start, end)]
+        picked = np.asarray(index.numpy()).astype(np.int64)
+        values = [dims[int(i)] for i in picked.reshape(-1)]
+        if not all(isinstance(d, int) for d in values):
+            continue
+        folded = ir.Value(name=f"{node.outputs[0].name}_static",
+                          const_value=ir.tensor(np.asarray(values, dtype=np.int64).reshape(picked.shape)))
+        graph.register_initializer(folded)
+        ir.convenience.replace_all_uses_with(node.outputs[0], folded)
+        if node.outputs[0] in graph.outputs:
+            graph.outputs[graph.outputs.index(node.outputs[0])] = folded
+
+
 def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A cleaned copy of ``proto``: constants folded, no-ops removed, Pad fused into Conv."""
     model = ir.serde.deserialize_model(proto)
+    _fold_static_dims(model.graph)
     # Weight-sized inputs too: the RNN translation reorders LSTM/GRU gates of constant weights.
     optimizer.fold_constants(model, should_fold=_fold_small_constant_of_shape, input_size_limit=_MAX_WEIGHT_ELEMENTS,
                              output_size_limit=_MAX_WEIGHT_ELEMENTS)
