@@ -49,3 +49,12 @@ def test_op_tail_smoke(capsys):
     assert [r[:2] for r in rows][0] == ("cumsum_bool", "torchscript")
     assert rows[0][2].startswith("fails") and rows[0][3] >= rows[0][4] > 0
     assert "| case |" in capsys.readouterr().out
+
+
+def test_spectral_smoke(capsys):
+    import spectral
+    rows = spectral.main(["--seconds", "0.5", "--batch", "1", "--runs", "1", "--limit", "0",
+                          "--exporters", "torchscript"])
+    assert [r["case"] for r in rows] == ["log-mel front-end", "ISTFT head", "rfft of frames"]
+    assert all(r["torchscript"] > 0 and r["torchscript err"] < 1e-4 for r in rows)
+    assert "| case |" in capsys.readouterr().out
