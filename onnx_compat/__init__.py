@@ -9,6 +9,9 @@ from .verify import VerificationError, verify  # noqa: E402
 from .graph import inspect  # noqa: E402
 from .rasr import check_rasr  # noqa: E402
 from .patches._complex import SpectralError  # noqa: E402
+from .targets import TargetError  # noqa: E402
+from .runtimes import RuntimeUnavailable  # noqa: E402
 
 __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr",
-           "ExportError", "SpecError", "SpectralError", "VerificationError", "__version__"]
+           "ExportError", "SpecError", "SpectralError", "TargetError", "RuntimeUnavailable",
+           "VerificationError", "__version__"]

@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
     e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")
     e.add_argument("--examples", help="real inputs: FILE.npz (one example) or FILE.pt (a dict or list of dicts)")
+    e.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
+    e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER",
+                   help="verify in another ONNX Runtime too: a venv's python, or node:FOLDER with onnxruntime-node")
 
     v = sub.add_parser("verify", help="check an ONNX file against a factory's eager model")
     v.add_argument("onnx")
@@ -106,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--rtol", type=float, default=1e-3)
     v.add_argument("--json")
     v.add_argument("--examples", help="real inputs to verify too: FILE.npz or FILE.pt")
+    v.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER",
+                   help="verify in another ONNX Runtime too: a venv's python, or node:FOLDER with onnxruntime-node")
 
     i = sub.add_parser("inspect", help="I/O, dims, ops, auto_pad, metadata and RASR findings")
     i.add_argument("onnx")
@@ -154,19 +159,22 @@ def run(argv: Optional[List[str]] = None) -> int:
         report = export(model, args.out, inputs, outputs, exporter=args.exporter,
                         sizes=_pairs(args.size, "--size", int), metadata=_pairs(args.metadata, "--metadata"),
                         opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
-                        strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples)
+                        strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples,
+                        target=args.target, runtimes=args.runtime or ())
         if args.json:
             report.to_json(args.json)
         print(report.summary())
     elif args.command == "verify":
         model, inputs, outputs, examples = load_factory(args.factory)
         results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol,
-                         examples=load_examples(args.examples) or examples)
+                         examples=load_examples(args.examples) or examples, runtimes=args.runtime or ())
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump([r.to_dict() for r in results], fh, indent=2)
         for r in results:
-            print(f"ok  {'example ' if r.example else ''}{r.sizes}  " + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+            where = f" in {r.runtime}" if r.runtime else ""
+            print(f"ok  {'example ' if r.example else ''}{r.sizes}{where}  "
+                  + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
     elif args.command == "repair":
         proto = onnx.load(args.onnx)
         fixed, done = repair_int_types(proto)

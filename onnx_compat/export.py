@@ -17,10 +17,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import onnx
 import torch
 
-from . import __version__, exporters, graph
+from . import __version__, exporters, graph, targets
 from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
 from .culprit import culprit
 from .rasr import check_rasr
+from .runtimes import as_runtimes
 from .repair import repair_int_types
 from .report import Attempt, Report
 from .safety import check_writable, preserved, write_atomically
@@ -43,7 +44,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
            sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
            strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
            opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
-           cleanup: Optional[bool] = None, examples=None) -> Report:
+           cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=()) -> Report:
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
@@ -57,6 +58,10 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     optimizes the rest of its graphs itself). ``examples``: real inputs
     ``[{onnx_name: tensor}, ...]``; the first is the export example unless
     ``sizes`` is given, and every one is verified besides the generated shapes.
+    ``target``: the ONNX Runtime release the model must load in
+    (``"onnxruntime==1.16"``): the newest opset it implements that the
+    exporter writes, and its IR version (see ``targets.py``). ``runtimes``:
+    other ONNX Runtimes to verify in as well (``verify``'s argument).
     """
     t_start = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
@@ -68,7 +73,11 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SpecError(f"ONNX names must be unique; {dupes} appear more than once")
-    target = check_writable(path)
+    deploy = targets.parse_target(target) if target is not None else None
+    if deploy is not None and opset is not None and opset > deploy.opset:
+        raise targets.TargetError(f"opset={opset} is newer than {deploy} implements")
+    others = as_runtimes(runtimes)
+    written = check_writable(path)
     pairs = forward_arguments(model, inputs)
     checked = check_examples(inputs, examples)
     if checked and not sizes:
@@ -81,7 +90,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     else:
         order = [exporter]
 
-    report = Report(path=target)
+    report = Report(path=written, target=str(deploy) if deploy else None)
     with preserved(model):
         adapter = IOAdapter(model, pairs, outputs)
         with torch.no_grad():
@@ -91,17 +100,20 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         for name in order:
             t0 = time.perf_counter()
             try:
-                proto, captured = exporters.run(name, adapter, args, inputs, outputs, opset, patches)
-                _check_opset(proto, opset, name)
+                asked = targets.opset_for(name, opset, deploy)
+                proto, captured = exporters.run(name, adapter, args, inputs, outputs, asked, patches)
+                _check_opset(proto, asked, name)
                 proto, report.repairs = repair_int_types(proto)
+                report.repairs += [c for c in [targets.fit(proto, deploy)] if c]
                 report.warnings = {"baked": captured.baked, "other": captured.other}
                 if strict and captured.baked:
                     raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}")
                 _check_dims(proto, inputs + outputs, "")
                 t1 = time.perf_counter()
                 report.timings[f"export_{name}"] = t1 - t0
-                check = functools.partial(verify_model, model=model, inputs=inputs, outputs=outputs,
-                                          example=example, atol=atol, rtol=rtol, seed=seed + 1, examples=checked)
+                check = functools.partial(_fit_and_verify, deploy=deploy, model=model, inputs=inputs,
+                                          outputs=outputs, example=example, atol=atol, rtol=rtol, seed=seed + 1,
+                                          examples=checked, runtimes=others)
                 if _wants_cleanup(cleanup, name, proto):
                     proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None)
                 elif verify:
@@ -148,7 +160,8 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     summary = graph.inspect(proto)
     for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
         setattr(report, key, summary[key])
-    write_atomically(proto, target)
+    targets.fit(proto, deploy)  # a cleaned graph that was not verified is fitted here
+    write_atomically(proto, written)
     report.timings["total"] = time.perf_counter() - t_start
     return report
 
@@ -183,6 +196,12 @@ def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) ->
     got = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
     if opset is not None and got != opset:
         raise ExportError(f"{exporter} wrote opset {got}, not the requested opset {opset}")
+
+
+def _fit_and_verify(proto, deploy, **kwargs):
+    """Verify the graph as it will be written: fitted to the target first (in place)."""
+    targets.fit(proto, deploy)
+    return verify_model(proto, **kwargs)
 
 
 def _check_dims(proto, specs, stage: str) -> None:

@@ -39,6 +39,7 @@ class Report:
     warnings: Dict[str, List[str]] = field(default_factory=lambda: {"baked": [], "other": []})
     rasr: Optional[dict] = None
     metadata: Dict[str, str] = field(default_factory=dict)
+    target: Optional[str] = None  # the ONNX Runtime release the model was made to load in
     timings: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -69,7 +70,8 @@ class Report:
         for check in self.verification:
             errs = ", ".join(f"{o['name']} {o['max_abs_err']:.2e}" for o in check["outputs"])
             label = "example " if check.get("example") else "verified"
-            lines.append(f"{label}    {check['sizes']}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
+            where = f" in {check['runtime']}" if check.get("runtime") else ""
+            lines.append(f"{label}    {check['sizes']}{where}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
         for attempt in self.attempts:
             if not attempt.ok:
                 lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")
@@ -77,6 +79,8 @@ class Report:
                     lines.append(f"            {attempt.culprit}")
             elif len(attempt.capture) > 1:  # torch.onnx retried another way; say which one made the graph
                 lines.append(f"captured    {attempt.exporter}: " + "; then ".join(attempt.capture))
+        if self.target:
+            lines.append(f"target      {self.target}")
         lines += [f"repaired    {r}" for r in self.repairs]
         lines += [f"finding     {f}" for f in self.findings]
         for w in self.warnings.get("baked", []):

@@ -8,8 +8,9 @@ match exactly. An output that is all one value proves nothing and is flagged.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -17,6 +18,7 @@ import onnxruntime as ort
 import torch
 
 from .io_adapter import IOAdapter, flatten
+from .runtimes import as_runtimes
 from .safety import preserved
 from .spec import (TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name,
                    verification_sizes)
@@ -41,6 +43,7 @@ class ShapeCheck:
     outputs: List[OutputCheck] = field(default_factory=list)
     error: Optional[str] = None
     example: bool = False  # on a user example rather than generated inputs
+    runtime: Optional[str] = None  # None: this process's ONNX Runtime; else e.g. "onnxruntime 1.16.3 (Python: ...)"
 
     @property
     def ok(self) -> bool:
@@ -89,22 +92,29 @@ def compare(got: np.ndarray, expected: np.ndarray, mask: np.ndarray, name: str, 
     return OutputCheck(name, max_abs, max_rel, ok, degenerate)
 
 
-def check_at(sess: ort.InferenceSession, reference: torch.nn.Module, inputs: Sequence[TensorSpec],
+Runner = Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]  # feeds by name -> outputs by name
+
+
+def local_runner(sess: ort.InferenceSession) -> Runner:
+    names, wanted = [o.name for o in sess.get_outputs()], {i.name for i in sess.get_inputs()}
+    return lambda feeds: dict(zip(names, sess.run(None, {k: v for k, v in feeds.items() if k in wanted})))
+
+
+def check_at(run: Runner, reference: torch.nn.Module, inputs: Sequence[TensorSpec],
              outputs: Sequence[TensorSpec], sizes: Dict[str, int], seed: int, atol: float, rtol: float,
-             feeds: Optional[Dict[str, torch.Tensor]] = None) -> ShapeCheck:
-    """ORT against eager at ``sizes`` (random inputs), or on ``feeds`` (a user example)."""
-    result = ShapeCheck(dict(sizes), example=feeds is not None)
+             feeds: Optional[Dict[str, torch.Tensor]] = None, runtime: Optional[str] = None) -> ShapeCheck:
+    """ONNX Runtime (``run``) against eager at ``sizes`` (random inputs), or on ``feeds`` (a user example)."""
+    if isinstance(run, ort.InferenceSession):
+        run = local_runner(run)
+    result = ShapeCheck(dict(sizes), example=feeds is not None, runtime=runtime)
     feeds = make_inputs(inputs, sizes, seed=seed) if feeds is None else feeds
     with torch.no_grad():
         expected = [t.detach().cpu().numpy() for t in flatten(reference(*feeds.values()))]
-    onnx_inputs = {i.name for i in sess.get_inputs()}
     try:
-        got = sess.run(None, {k: v.numpy() for k, v in feeds.items() if k in onnx_inputs})
+        by_name = run({k: v.numpy() for k, v in feeds.items()})
     except Exception as exc:
-        result.error = f"ONNX Runtime run failed: {str(exc).splitlines()[0]}"
+        result.error = f"{runtime or 'ONNX Runtime'} run failed: {str(exc).splitlines()[0]}"
         return result
-    names = [o.name for o in sess.get_outputs()]
-    by_name = dict(zip(names, got))
     i = 0
     for spec in outputs:
         exp, ort_out = expected[i], by_name.get(spec.name)
@@ -128,16 +138,20 @@ def check_at(sess: ort.InferenceSession, reference: torch.nn.Module, inputs: Seq
 def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn.Module,
            inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
            example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
-           raise_on_failure: bool = True, examples=None) -> List[ShapeCheck]:
+           raise_on_failure: bool = True, examples=None, runtimes=()) -> List[ShapeCheck]:
     """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
 
     ``sizes``: the named dim sizes to run at (default: three shapes around
     ``example``, B=1 first). ``examples``: real inputs ``[{onnx_name: tensor}]``,
-    each checked too (after the generated shapes). Raises ``VerificationError``
-    naming the output and the shape on the first failure unless
-    ``raise_on_failure=False``.
+    each checked too (after the generated shapes). ``runtimes``: other ONNX
+    Runtimes to run the same checks in (another venv's interpreter path,
+    ``"node:<folder>"`` for onnxruntime-node, or ``runtimes.Runtime``); their
+    checks follow this process's, marked with the runtime. Raises
+    ``VerificationError`` naming the output, the shape and the runtime on the
+    first failure unless ``raise_on_failure=False``.
     """
     checked = check_examples(inputs, examples)
+    others = as_runtimes(runtimes)
     try:
         onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
                                  full_check=True)
@@ -151,10 +165,31 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
         results = [check_at(sess, reference, inputs, outputs, s, seed + k, atol, rtol) for k, s in enumerate(sizes)]
         results += [check_at(sess, reference, inputs, outputs, example_sizes(inputs, feeds), seed, atol, rtol, feeds)
                     for feeds in checked]
+        if others:
+            results += _in_runtimes(onnx_model, others, reference, inputs, outputs, sizes, checked, seed, atol, rtol)
     if raise_on_failure:
         for r in results:
             if not r.ok:
                 bad = r.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
                                            for o in r.outputs if not o.ok)
-                raise VerificationError(f"{'on the example' if r.example else 'at'} sizes {r.sizes}: {bad}")
+                where = f" in {r.runtime}" if r.runtime else ""
+                raise VerificationError(f"{'on the example' if r.example else 'at'} sizes {r.sizes}{where}: {bad}")
+    return results
+
+
+def _in_runtimes(onnx_model, others, reference, inputs, outputs, sizes, checked, seed, atol, rtol) -> List[ShapeCheck]:
+    """The same checks in each other runtime, which loads the model from a file as a deployment does."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="onnx_compat_verify_") as folder:
+        path = onnx_model
+        if isinstance(onnx_model, onnx.ModelProto):
+            path = os.path.join(folder, "model.onnx")
+            onnx.save(onnx_model, path)
+        for rt in others:
+            def run(feeds, rt=rt):
+                return rt.run(os.fspath(path), feeds)
+            results += [check_at(run, reference, inputs, outputs, s, seed + k, atol, rtol, runtime=rt.name)
+                        for k, s in enumerate(sizes)]
+            results += [check_at(run, reference, inputs, outputs, example_sizes(inputs, feeds), seed, atol, rtol,
+                                 feeds, runtime=rt.name) for feeds in checked]
     return results
