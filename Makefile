@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fuzz test-torch20 bench clean
+.PHONY: demo test test-fuzz test-torch20 test-runtimes runtimes bench clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,5 +35,24 @@ $(VENV20)/.installed: constraints-torch20.txt setup.py
 test-torch20: $(VENV20)/.installed
 	$(VENV20)/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py tests/test_ops.py
 
+# Runtimes users deploy, for tests/test_targets.py (not in CI; make test skips those checks and says why):
+# ONNX Runtime 1.16.3 in a venv of its own, and onnxruntime-node 1.30.0 (its install script downloads from a
+# host this machine cannot reach; the linux-x64 library ships in the package, so --ignore-scripts works).
+VENVORT := .venv-ort116
+NODEORT := .node-ort
+$(VENVORT)/.installed:
+	test -x $(VENVORT)/bin/python || $(PYTHON) -m venv $(VENVORT)
+	$(VENVORT)/bin/python -m pip install -q "onnxruntime==1.16.3" "numpy<2"
+	touch $@
+
+$(NODEORT)/.installed:
+	npm install --ignore-scripts --no-audit --no-fund --prefix $(NODEORT) onnxruntime-node@1.30.0
+	touch $@
+
+runtimes: $(VENVORT)/.installed $(NODEORT)/.installed
+
+test-runtimes: $(STAMP) runtimes
+	$(PY) -m pytest -q tests/test_targets.py
+
 clean:
-	rm -rf $(VENV) $(VENV20) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV20) $(VENVORT) $(NODEORT) *.egg-info .pytest_cache .hypothesis
