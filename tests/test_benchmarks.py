@@ -58,3 +58,12 @@ def test_spectral_smoke(capsys):
     assert [r["case"] for r in rows] == ["log-mel front-end", "ISTFT head", "rfft of frames"]
     assert all(r["torchscript"] > 0 and r["torchscript err"] < 1e-4 for r in rows)
     assert "| case |" in capsys.readouterr().out
+
+
+def test_deploy_table_smoke(capsys):
+    import deploy_table
+    rows = deploy_table.main(["--models", "BLSTM", "--exporters", "torchscript", "--python", "/nonexistent/python",
+                              "--node", "/nonexistent"])
+    assert rows == [("BLSTM", "torchscript", "19 / 9", rows[0][3])] and rows[0][3].startswith("3/3 ok")
+    out = capsys.readouterr().out
+    assert "left out: runtime interpreter '/nonexistent/python' cannot be started" in out and "| BLSTM |" in out
