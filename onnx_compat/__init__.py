@@ -11,7 +11,8 @@ from .rasr import check_rasr  # noqa: E402
 from .patches._complex import SpectralError  # noqa: E402
 from .targets import TargetError  # noqa: E402
 from .runtimes import RuntimeUnavailable  # noqa: E402
+from .diagnose import diagnose  # noqa: E402
 
-__all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr",
+__all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr", "diagnose",
            "ExportError", "SpecError", "SpectralError", "TargetError", "RuntimeUnavailable",
            "VerificationError", "__version__"]

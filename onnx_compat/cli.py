@@ -1,7 +1,9 @@
-"""``onnx-compat export | verify | inspect | repair``: one step of a pipeline.
+"""``onnx-compat export | verify | diagnose | inspect | repair``: one step of a pipeline.
 
 Exit 0 on success; otherwise one line on stderr naming what went wrong and a
-non-zero code (1 for a failed export or check, 2 for bad usage).
+non-zero code (1 for a failed export or check, 2 for bad usage). ``diagnose``
+prints its findings, the module at fault first on a ``culprit ...`` line, and
+exits 1 when it found one.
 
 A FACTORY is ``module:function``; the function returns
 ``{"model": nn.Module, "inputs": [TensorSpec...], "outputs": [TensorSpec...]}``
@@ -19,6 +21,7 @@ import numpy as np
 import onnx
 import torch
 
+from .diagnose import diagnose
 from .export import export
 from .graph import inspect
 from .rasr import check_rasr
@@ -112,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER",
                    help="verify in another ONNX Runtime too: a venv's python, or node:FOLDER with onnxruntime-node")
 
+    d = sub.add_parser("diagnose", help="name the module at fault: a failed export, other numbers, a baked dim")
+    d.add_argument("factory", help="MODULE:FACTORY")
+    d.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
+    d.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
+    d.add_argument("--examples", help="real inputs: FILE.npz or FILE.pt")
+    d.add_argument("--atol", type=float, default=1e-4)
+    d.add_argument("--rtol", type=float, default=1e-3)
+
     i = sub.add_parser("inspect", help="I/O, dims, ops, auto_pad, metadata and RASR findings")
     i.add_argument("onnx")
     i.add_argument("--features", default="data")
@@ -175,6 +186,12 @@ def run(argv: Optional[List[str]] = None) -> int:
             where = f" in {r.runtime}" if r.runtime else ""
             print(f"ok  {'example ' if r.example else ''}{r.sizes}{where}  "
                   + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+    elif args.command == "diagnose":
+        model, inputs, outputs, examples = load_factory(args.factory)
+        found = diagnose(model, inputs, outputs, exporter=args.exporter, sizes=_pairs(args.size, "--size", int),
+                         examples=load_examples(args.examples) or examples, atol=args.atol, rtol=args.rtol)
+        print(found.summary())
+        return 1 if found.findings else 0
     elif args.command == "repair":
         proto = onnx.load(args.onnx)
         fixed, done = repair_int_types(proto)

@@ -116,8 +116,12 @@ def wanted_dynamic(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, str]]:
 
 def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec], opset: Optional[int] = None,
-        patch_options: Optional[dict] = None) -> Tuple[onnx.ModelProto, Captured]:
-    """Export ``model(*args)`` with ``exporter`` and return the ModelProto."""
+        patch_options: Optional[dict] = None, let_dims_specialize: bool = False) -> Tuple[onnx.ModelProto, Captured]:
+    """Export ``model(*args)`` with ``exporter`` and return the ModelProto.
+
+    ``let_dims_specialize``: dynamo may make a dynamic dim static (``Dim.AUTO``)
+    instead of failing; for the diagnosis, which then finds where it happened.
+    """
     if exporter not in EXPORTERS:
         raise ValueError(f"unknown exporter {exporter!r}; choose from {EXPORTERS + ('auto',)}")
     if exporter == "dynamo" and not HAS_DYNAMO:
@@ -132,7 +136,8 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
                 if exporter == "torchscript":
                     proto = _torchscript(model, args, inputs, outputs, opset)
                 else:
-                    proto = _dynamo(model, args, inputs, outputs, opset, captured)
+                    auto = getattr(getattr(torch.export, "Dim", None), "AUTO", None) if let_dims_specialize else None
+                    proto = _dynamo(model, args, inputs, outputs, opset, captured, hint=auto)
     except Exception as exc:
         for record in records:
             captured.add(record)
@@ -213,13 +218,14 @@ def _attach_failed_scope(exc: BaseException, model, args) -> None:
 _HINT = getattr(getattr(getattr(torch, "export", None), "Dim", None), "DYNAMIC", None)
 
 
-def _torch_dims():
+def _torch_dims(hint=None):
     dims: Dict[str, object] = {}
+    hint = hint or _HINT
 
     def torch_dim(dim: Dim):
         k = dim.multiple
-        if k == 1 and callable(_HINT):
-            return _HINT(min=dim.min, **({"max": dim.max} if dim.max else {}))
+        if k == 1 and callable(hint):
+            return hint(min=dim.min, **({"max": dim.max} if dim.max else {}))
         if dim.name not in dims:
             limits = {"min": -(-dim.min // k), **({"max": dim.max // k} if dim.max else {})}
             base = torch.export.Dim(dim.name if k == 1 else f"{dim.name}_div{k}", **limits)
@@ -236,8 +242,9 @@ def _strategies(text: str) -> List[str]:
     return [f"{how}: {'ok' if mark == chr(0x2705) else 'failed'}" for how, mark in _STRATEGY.findall(text)]
 
 
-def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = None) -> onnx.ModelProto:
-    torch_dim = _torch_dims()
+def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = None,
+            hint=None) -> onnx.ModelProto:
+    torch_dim = _torch_dims(hint)
 
     in_axes = _axes(inputs)
     names = _onnx_names(inputs)
