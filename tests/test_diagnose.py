@@ -1,0 +1,149 @@
+"""diagnose() names the module at fault (issue #14, items 4-5): wrong numbers in one layer, a size baked in
+one submodule, an unsupported op three modules down; under both exporters, on small models written here
+and on a third-party model with a fault injected by a test-only patch. The model is left as it was."""
+import pytest
+import torch
+from torch import nn
+
+import onnx_compat
+from onnx_compat import Dim, TensorSpec, registry
+from onnx_compat.diagnose import diagnose
+from onnx_compat.registry import Patch
+
+from helpers import EXPORTERS
+
+D = 8
+
+
+class Leaf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(D, D)
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x))
+
+
+class Scaled(Leaf):
+    """Other numbers only in the exported graph."""
+
+    def forward(self, x):
+        y = self.linear(x)
+        return y * 1.5 if torch.onnx.is_in_onnx_export() else y
+
+
+class Baked(nn.Module):
+    """A size read as a Python int: a constant in the graph."""
+
+    def forward(self, x):
+        t = int(x.shape[1])
+        return x + torch.arange(t, dtype=x.dtype)[None, :, None] * 0.01
+
+
+class Unsupported(Leaf):
+    def forward(self, x):
+        return torch.special.erfcx(self.linear(x))  # no ONNX export under TorchScript
+
+
+class Block(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.pre, self.inner, self.post = nn.Linear(D, D), inner, nn.Linear(D, D)
+
+    def forward(self, x):
+        return self.post(self.inner(self.pre(x)))
+
+
+class Net(nn.Module):
+    """The fault sits in blocks.1.inner; blocks.1.post, blocks.1, blocks.2 and the model inherit it."""
+
+    def __init__(self, fault):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(Leaf()), Block(fault()), Block(Leaf())])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _specs():
+    return [TensorSpec("data", [Dim("batch"), Dim("time"), D])], [TensorSpec("output", [Dim("batch"), Dim("time"), D])]
+
+
+def _state(model):
+    return ([m.training for m in model.modules()], {k: v.clone() for k, v in model.state_dict().items()},
+            [len(m._forward_hooks) for m in model.modules()])
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("fault,kind,detail", [
+    (Scaled, "numbers", "output differs from eager: max abs err"),
+    (Baked, "static dim", "output dim 1 is fixed at 37 in the graph but follows the input in eager"),
+])
+def test_the_module_where_it_starts_is_named_exactly(fault, kind, detail, exporter):
+    torch.manual_seed(0)
+    model = Net(fault).eval()
+    before = _state(model)
+    found = diagnose(model, *_specs(), exporter=exporter)
+    first = found.culprit
+    assert (first.kind, first.module, first.cls) == (kind, "blocks.1.inner", fault.__name__), found.summary()
+    assert detail in first.detail
+    assert found.summary().splitlines()[0].startswith(f"culprit blocks.1.inner ({fault.__name__}): ")
+    later = [f.module for f in found.findings[1:]]
+    assert not any(m.startswith("blocks.0") for m in later)  # nothing before the fault is blamed
+    after = _state(model)
+    assert after[0] == before[0] and after[2] == before[2]
+    assert all(torch.equal(v, after[1][k]) for k, v in before[1].items())
+
+
+def test_an_unsupported_op_is_named_with_its_line():
+    model = Net(Unsupported).eval()
+    found = diagnose(model, *_specs(), exporter="torchscript")
+    assert (found.culprit.kind, found.culprit.module) == ("export", "blocks.1.inner"), found.summary()
+    assert "erfcx" in found.culprit.detail
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_healthy_model_has_no_culprit(exporter):
+    found = diagnose(Net(Leaf).eval(), *_specs(), exporter=exporter)
+    assert found.findings == [] and found.compared > 10
+    assert found.summary().startswith("no fault found")
+
+
+@pytest.fixture
+def scaled_glu():
+    pytest.importorskip("conformer")
+    """A test-only patch: lucidrains' GLU, while exporting, scales its output (wrong numbers in real code)."""
+    def scaled(wrapped, instance, args, kwargs):
+        return wrapped(*args, **kwargs) * 1.25
+
+    registry.register(Patch(name="test_scaled_glu", description="test only", when="export",
+                            targets=("conformer.conformer:GLU.forward",), wrapper=scaled))
+    yield
+    registry._REGISTRY.pop("test_scaled_glu")
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_fault_injected_into_a_third_party_model_is_found(scaled_glu, exporter):
+    """lucidrains' Conformer runs its GLU inside each block's conv module: the first one is named."""
+    from onnx_compat.models.zoo import ZOO
+    job = ZOO["lucidrains conformer.Conformer"]()
+    found = diagnose(job["model"], job["inputs"], job["outputs"], exporter=exporter)
+    glus = [n for n, m in job["model"].named_modules() if type(m).__name__ == "GLU"]
+    assert found.culprit is not None and found.culprit.module == glus[0], found.summary()
+    assert (found.culprit.kind, found.culprit.cls) == ("numbers", "GLU")
+
+
+def net_job():
+    torch.manual_seed(0)
+    inputs, outputs = _specs()
+    return {"model": Net(Scaled).eval(), "inputs": inputs, "outputs": outputs}
+
+
+def test_the_cli_prints_the_culprit_first(capsys):
+    from onnx_compat.cli import main
+    assert main(["diagnose", "test_diagnose:net_job", "--exporter", "torchscript"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("culprit blocks.1.inner (Scaled): output differs from eager")
+    assert all(line.startswith("then ") for line in lines[1:]) and len(lines) > 1
