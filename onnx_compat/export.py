@@ -127,7 +127,8 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
                 what = exporters.error_line(exc)
                 error = what + _baked_hint(warned["baked"])
-                pointed = culprit(exc, model, what)
+                pointed = culprit(exc, model, what) or _diagnosed(exc, model, inputs, outputs, name, checked, sizes,
+                                                                  atol, rtol, seed, patches)
                 report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned,
                                                capture=seen.capture if seen else [], culprit=pointed))
                 # what this attempt left on the report belongs to it, not to the next one
@@ -196,6 +197,19 @@ def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) ->
     got = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
     if opset is not None and got != opset:
         raise ExportError(f"{exporter} wrote opset {got}, not the requested opset {opset}")
+
+
+def _diagnosed(exc, model, inputs, outputs, exporter, examples, sizes, atol, rtol, seed, patches) -> Optional[str]:
+    """Wrong numbers at new shapes: the module where they start (``diagnose``), as a culprit line."""
+    if not isinstance(exc, VerificationError):
+        return None
+    from .diagnose import diagnose
+    try:
+        found = diagnose(model, inputs, outputs, exporter=exporter, examples=examples, sizes=sizes, atol=atol,
+                         rtol=rtol, seed=seed, patches=patches)
+    except Exception:  # noqa: BLE001 - the verification error stays the error; the diagnosis only helps
+        return None
+    return found.culprit.line() if found.culprit else None
 
 
 def _fit_and_verify(proto, deploy, **kwargs):

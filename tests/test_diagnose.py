@@ -147,3 +147,13 @@ def test_the_cli_prints_the_culprit_first(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("culprit blocks.1.inner (Scaled): output differs from eager")
     assert all(line.startswith("then ") for line in lines[1:]) and len(lines) > 1
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_failed_verification_in_export_names_the_module(exporter, tmp_path):
+    """export() diagnoses wrong numbers itself: the culprit is in the ExportError and the attempt."""
+    job = net_job()
+    with pytest.raises(onnx_compat.ExportError) as failed:
+        onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter=exporter)
+    assert str(failed.value).splitlines()[-1].startswith("culprit blocks.1.inner (Scaled): output differs from eager")
+    assert not (tmp_path / "m.onnx").exists()
