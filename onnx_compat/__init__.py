@@ -1,6 +1,14 @@
 """onnx_compat: unmodified PyTorch models that export cleanly to ONNX, with proof."""
 __version__ = "0.1.0"
 
+import re as _re  # noqa: E402
+
+import torch as _torch  # noqa: E402
+
+if tuple(int(p) for p in _re.findall(r"\d+", _torch.__version__)[:2]) < (2, 0):
+    raise ImportError(f"onnx_compat needs torch >= 2.0; this is torch {_torch.__version__} "
+                      "(pip install 'torch>=2.0')")
+
 from .registry import available_patches, patched, unavailable_patches  # noqa: E402
 from .spec import Dim, TensorSpec  # noqa: E402
 from .export import ExportError, export  # noqa: E402

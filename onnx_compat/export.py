@@ -9,6 +9,7 @@ nothing is written unless every step passed.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 import time
@@ -114,7 +115,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                 check = functools.partial(_fit_and_verify, deploy=deploy, model=model, inputs=inputs,
                                           outputs=outputs, example=example, atol=atol, rtol=rtol, seed=seed + 1,
                                           examples=checked, runtimes=others)
-                if _wants_cleanup(cleanup, name, proto):
+                if _wants_cleanup(cleanup, name, proto, report):
                     proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None)
                 elif verify:
                     results = check(proto)
@@ -224,12 +225,20 @@ def _check_dims(proto, specs, stage: str) -> None:
         raise ExportError(stage + "; ".join(problems))
 
 
-def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProto) -> bool:
+def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProto, report: Report) -> bool:
     """Default: TorchScript exports, and dynamo exports with recurrent nodes (the gate
-    reordering of our LSTM/GRU translation folds away); dynamo optimizes the rest itself."""
-    if cleanup is not None:
-        return cleanup
-    return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
+    reordering of our LSTM/GRU translation folds away); dynamo optimizes the rest itself.
+    Without onnxscript (old torch releases install without it) the default skips it and says so."""
+    want = cleanup if cleanup is not None else (
+        exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node))
+    if want and importlib.util.find_spec("onnxscript") is None:
+        if cleanup:
+            raise ExportError("cleanup=True needs onnxscript, which is not installed (pip install onnxscript)")
+        note = "cleanup skipped: onnxscript is not installed (pip install onnxscript)"
+        if note not in report.notes:
+            report.notes.append(note)
+        return False
+    return want
 
 
 def _cleaned(proto, report, specs, check):

@@ -325,3 +325,31 @@ def test_opset_is_a_promise(tmp_path):
         onnx_compat.export(job["model"], str(tmp_path / "d.onnx"), job["inputs"], job["outputs"], exporter="dynamo",
                            opset=17)
     assert not (tmp_path / "d.onnx").exists()
+
+
+def test_without_onnxscript_cleanup_is_skipped_and_said(tmp_path, monkeypatch):
+    """Old torch releases install without onnxscript: the TorchScript pipeline still runs, and says what it skipped."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real(name, *a))
+    from onnx_compat.models import conv_demo
+    job = conv_demo.build()
+    report = onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"],
+                                exporter="torchscript")
+    assert report.notes == ["cleanup skipped: onnxscript is not installed (pip install onnxscript)"]
+    assert report.nodes_before_cleanup is None and all(c["ok"] for c in report.verification)
+    assert "note        cleanup skipped" in report.summary()
+    with pytest.raises(onnx_compat.ExportError, match="cleanup=True needs onnxscript"):
+        onnx_compat.export(job["model"], str(tmp_path / "n.onnx"), job["inputs"], job["outputs"],
+                           exporter="torchscript", cleanup=True)
+
+
+def test_a_torch_older_than_2_is_one_clear_import_error():
+    import subprocess
+    import sys
+    code = ("import sys, types; t = types.ModuleType('torch'); t.__version__ = '1.13.1'; sys.modules['torch'] = t\n"
+            "import onnx_compat")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == ("ImportError: onnx_compat needs torch >= 2.0; this is torch "
+                                                    "1.13.1 (pip install 'torch>=2.0')")
