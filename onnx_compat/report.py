@@ -40,7 +40,6 @@ class Report:
     rasr: Optional[dict] = None
     metadata: Dict[str, str] = field(default_factory=dict)
     target: Optional[str] = None  # the ONNX Runtime release the model was made to load in
-    notes: List[str] = field(default_factory=list)  # steps skipped on this installation, and why
     timings: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -82,7 +81,6 @@ class Report:
                 lines.append(f"captured    {attempt.exporter}: " + "; then ".join(attempt.capture))
         if self.target:
             lines.append(f"target      {self.target}")
-        lines += [f"note        {n}" for n in self.notes]
         lines += [f"repaired    {r}" for r in self.repairs]
         lines += [f"finding     {f}" for f in self.findings]
         for w in self.warnings.get("baked", []):

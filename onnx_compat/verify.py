@@ -138,7 +138,8 @@ def check_at(run: Runner, reference: torch.nn.Module, inputs: Sequence[TensorSpe
 def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn.Module,
            inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
            example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
-           raise_on_failure: bool = True, examples=None, runtimes=()) -> List[ShapeCheck]:
+           raise_on_failure: bool = True, examples=None, runtimes=(),
+           ort_session: Optional[ort.InferenceSession] = None) -> List[ShapeCheck]:
     """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
 
     ``sizes``: the named dim sizes to run at (default: three shapes around
@@ -148,14 +149,16 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     ``"node:<folder>"`` for onnxruntime-node, or ``runtimes.Runtime``); their
     checks follow this process's, marked with the runtime. Raises
     ``VerificationError`` naming the output, the shape and the runtime on the
-    first failure unless ``raise_on_failure=False``.
+    first failure unless ``raise_on_failure=False``. ``ort_session``: an ONNX Runtime
+    session already made from ``onnx_model`` to run the checks in.
     """
     checked = check_examples(inputs, examples)
     others = as_runtimes(runtimes)
     try:
-        onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
-                                 full_check=True)
-        sess = session(onnx_model)
+        if ort_session is None:  # a session given has loaded the graph already
+            onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
+                                     full_check=True)
+        sess = ort_session if ort_session is not None else session(onnx_model)
     except Exception as exc:
         raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
     if sizes is None:
