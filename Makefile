@@ -33,7 +33,7 @@ $(VENV20)/.installed: constraints-torch20.txt setup.py
 	touch $@
 
 test-torch20: $(VENV20)/.installed
-	$(VENV20)/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py tests/test_ops.py
+	$(VENV20)/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py tests/test_ops.py tests/test_spectral.py
 
 # Runtimes users deploy, for tests/test_targets.py (not in CI; make test skips those checks and says why):
 # ONNX Runtime 1.16.3 in a venv of its own, and onnxruntime-node 1.30.0 (its install script downloads from a

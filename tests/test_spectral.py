@@ -114,7 +114,9 @@ SIZES = [(1, 700), (3, 1333), (2, 411)]
 # How the unpatched export goes wrong on torch 2.13 ("mismatch": exports, wrong numbers in ONNX Runtime).
 # Absent: it works (stft -> abs under dynamo, return_complex=False under both); the patch still acts then,
 # as what a spectrum will feed is unknown when it is made.
-_STFT = "STFT does not currently support complex types"
+# torch 2.0's TorchScript exporter has no stft at all; from 2.1 it refuses the complex result
+OLD_STFT = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 1)
+_STFT = "aten::stft" if OLD_STFT else "STFT does not currently support complex types"
 _SCALAR = "Unknown number type: complex"
 VANILLA = {
     ("stft_abs", "torchscript"): _STFT,
@@ -137,7 +139,7 @@ VANILLA = {
     ("scalar_1j_istft", "dynamo"): "overload='Scalar'",  # aten.mul.Scalar
     ("exp_1j_istft", "torchscript"): _SCALAR,
     ("exp_1j_istft", "dynamo"): "overload='Scalar'",
-    ("view_as_complex_istft", "torchscript"): "aten::view_as_complex",
+    ("view_as_complex_istft", "torchscript"): "aten::stft" if OLD_STFT else "aten::view_as_complex",
     ("view_as_complex_istft", "dynamo"): "ScatterND",
     ("fft_of_frames", "torchscript"): "aten::fft_rfft",
     ("fft_of_frames", "dynamo"): "aten.constant_pad_nd",
