@@ -280,7 +280,7 @@ def test_vocoder_and_front_end_numbers_at_other_lengths_through_the_pipeline(exp
                                     exporter=exporter)
         assert report.exporter == exporter
         assert len(report.verification) == 3 and all(c["ok"] for c in report.verification)
-        assert 1 in {c["sizes"]["batch"] for c in report.verification}
+        assert {c["sizes"]["batch"] for c in report.verification} >= {1}  # B=1 among the shapes
         assert not report.degenerate, report.summary()
 
 
