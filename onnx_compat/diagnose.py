@@ -35,7 +35,7 @@ from . import exporters
 from .culprit import culprit
 from .io_adapter import IOAdapter, flatten
 from .safety import preserved
-from .spec import (TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs,
+from .spec import (TensorSpec, check_examples, example_inputs, example_sizes, forward_arguments, make_inputs,
                    verification_sizes)
 from .verify import session
 
@@ -184,8 +184,7 @@ def diagnose(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequ
     inputs, outputs = list(inputs), list(outputs)
     pairs = forward_arguments(model, inputs)
     checked = check_examples(inputs, examples)
-    example = example_sizes(inputs, checked[0]) if checked and not sizes else dim_sizes(inputs, sizes or {})
-    args = tuple(checked[0].values()) if checked and not sizes else tuple(make_inputs(inputs, example, seed).values())
+    example, args = example_inputs(inputs, checked, sizes, seed)
     result = Diagnosis(exporter)
     with preserved(model):
         adapter = IOAdapter(model, pairs, outputs)

@@ -25,7 +25,7 @@ from .runtimes import as_runtimes
 from .repair import repair_int_types
 from .report import Attempt, Report
 from .safety import check_writable, preserved, write_atomically
-from .spec import TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs
+from .spec import TensorSpec, check_examples, example_inputs, forward_arguments
 from .verify import VerificationError, verify as verify_model
 
 
@@ -80,11 +80,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     written = check_writable(path)
     pairs = forward_arguments(model, inputs)
     checked = check_examples(inputs, examples)
-    if checked and not sizes:
-        example, args = example_sizes(inputs, checked[0]), tuple(checked[0].values())
-    else:
-        example = dim_sizes(inputs, sizes or {})
-        args = tuple(make_inputs(inputs, example, seed=seed).values())
+    example, args = example_inputs(inputs, checked, sizes, seed)
     if exporter == "auto":
         order = list(exporters.EXPORTERS) if exporters.HAS_DYNAMO else ["torchscript"]
     else:

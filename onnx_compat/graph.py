@@ -13,6 +13,19 @@ from onnx import numpy_helper
 DTYPES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
 
 
+def all_nodes(proto: onnx.ModelProto):
+    """Every node of the graph, its subgraphs and its local functions."""
+    stack = [proto.graph] + list(proto.functions)
+    while stack:
+        holder = stack.pop()
+        for node in holder.node:
+            yield node
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+
+
 def load(model: Union[str, os.PathLike, onnx.ModelProto]) -> onnx.ModelProto:
     return model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
 

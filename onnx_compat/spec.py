@@ -205,6 +205,16 @@ def make_inputs(inputs: Sequence[TensorSpec], sizes: Mapping[str, int], seed: in
     return out
 
 
+def example_inputs(inputs: Sequence[TensorSpec], checked: Sequence[Mapping[str, torch.Tensor]],
+                   sizes: Optional[Mapping[str, int]], seed: int = 0):
+    """The export example: ``(named dim sizes, tensors)``, the first checked user example unless ``sizes``
+    is given, else generated inputs at ``sizes`` (defaults filled in)."""
+    if checked and not sizes:
+        return example_sizes(inputs, checked[0]), tuple(checked[0].values())
+    example = dim_sizes(inputs, sizes or {})
+    return example, tuple(make_inputs(inputs, example, seed=seed).values())
+
+
 def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int], count: int = 3) -> List[Dict[str, int]]:
     """Sizes the export never saw: B=1 first, then other batch and time sizes."""
     dims: Dict[str, Dim] = {}

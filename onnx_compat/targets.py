@@ -19,6 +19,8 @@ from typing import Dict, Optional, Tuple
 
 import onnx
 
+from .graph import all_nodes
+
 # release -> (highest opset it loads, highest IR version it loads)
 LOADS: Dict[str, Tuple[int, int]] = {
     "1.15.1": (19, 9),
@@ -110,22 +112,10 @@ def required_ir(proto: onnx.ModelProto) -> Tuple[int, str]:
 
 def _tensors(proto):
     yield from proto.graph.initializer
-    for node in _nodes(proto):
+    for node in all_nodes(proto):
         for attr in node.attribute:
             if attr.HasField("t"):
                 yield attr.t
-
-
-def _nodes(proto):
-    stack = [proto.graph] + [f for f in proto.functions]
-    while stack:
-        holder = stack.pop()
-        for node in holder.node:
-            yield node
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
 
 
 def _value_types(proto) -> set:
@@ -153,7 +143,7 @@ def fit(proto: onnx.ModelProto, target: Optional[Target]) -> Optional[str]:
         raise TargetError(f"{why} needs IR version {need}; {target} reads at most IR {target.ir_version}")
     before = proto.ir_version
     if target.ir_version < 10:
-        for holder in [*_nodes(proto), *proto.functions]:
+        for holder in [*all_nodes(proto), *proto.functions]:
             del holder.metadata_props[:]
     proto.ir_version = target.ir_version
     return f"IR version {before} -> {target.ir_version} for {target}"
