@@ -39,8 +39,11 @@ def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     return cleanup_with_session(proto)[0]
 
 
-def cleanup_with_session(proto: onnx.ModelProto) -> Tuple[onnx.ModelProto, ort.InferenceSession]:
-    """``cleanup(proto)`` and the session that made it, which runs exactly that graph (one thread)."""
+def cleanup_with_session(proto: onnx.ModelProto, weights=None) -> Tuple[onnx.ModelProto, ort.InferenceSession]:
+    """``cleanup(proto)`` and the session that made it, which runs exactly that graph (one thread).
+
+    ``weights``: the ``WeightsFolder`` holding the graph's weights (models past 2 GB); the session
+    loads the graph from there and writes the cleaned weights to a data file of its own."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     opts.intra_op_num_threads = 1
@@ -48,11 +51,19 @@ def cleanup_with_session(proto: onnx.ModelProto) -> Tuple[onnx.ModelProto, ort.I
     opts.log_severity_level = 4
     # the session runs three small verification shapes: repacking every weight for fast kernels costs more
     opts.add_session_config_entry("session.disable_prepacking", "1")
-    with tempfile.TemporaryDirectory(prefix="onnx_compat_cleanup_") as folder:
-        opts.optimized_model_filepath = os.path.join(folder, "cleaned.onnx")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"],
+    if weights is not None:
+        opts.optimized_model_filepath = weights.step_path("cleanup")
+        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", "cleanup.data")
+        opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        sess = ort.InferenceSession(weights.save_graph(proto), opts, providers=["CPUExecutionProvider"],
                                     disabled_optimizers=_DISABLED)
-        out = onnx.load(opts.optimized_model_filepath)
+        out = weights.adopt(opts.optimized_model_filepath, "cleanup")
+    else:
+        with tempfile.TemporaryDirectory(prefix="onnx_compat_cleanup_") as folder:
+            opts.optimized_model_filepath = os.path.join(folder, "cleaned.onnx")
+            sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"],
+                                        disabled_optimizers=_DISABLED)
+            out = onnx.load(opts.optimized_model_filepath)
     # ONNX Runtime declares every domain it knows; keep those the graph uses
     used = _used_domains(out)
     kept = [o for o in out.opset_import if o.domain in used]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -24,9 +25,11 @@ from .rasr import check_rasr
 from .runtimes import as_runtimes
 from .repair import repair_int_types
 from .report import Attempt, Report
-from .safety import check_writable, preserved, write_atomically
+from .safety import check_room, check_writable, preserved, write_atomically
 from .spec import TensorSpec, check_examples, example_inputs, forward_arguments
 from .verify import VerificationError, verify as verify_model
+from . import weights
+from .weights import folder_for, weight_bytes
 
 
 class ExportError(RuntimeError):
@@ -86,82 +89,92 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     else:
         order = [exporter]
 
+    size = weight_bytes(model)
+    check_room(written, size)
     report = Report(path=written, target=str(deploy) if deploy else None)
-    with preserved(model):
-        adapter = IOAdapter(model, pairs, outputs)
-        with torch.no_grad():
-            returned = flatten(adapter(*args))
-        outputs = check_outputs(returned, outputs, example)
-        proto, results = None, None
-        for name in order:
-            t0 = time.perf_counter()
-            try:
-                asked = targets.opset_for(name, opset, deploy)
-                # cleanup follows a TorchScript export by default and folds constants in C++: the exporter's
-                # own folding pass would only do it first, more slowly (12 x 256 Conformer: 0.2 s)
-                fold = name != "torchscript" or cleanup is False
-                proto, captured = exporters.run(name, adapter, args, inputs, outputs, asked, patches, fold=fold)
-                _check_opset(proto, asked, name)
-                proto, report.repairs = repair_int_types(proto)
-                report.repairs += [c for c in [targets.fit(proto, deploy)] if c]
-                report.warnings = {"baked": captured.baked, "other": captured.other}
-                if strict and captured.baked:
-                    raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}")
-                _check_dims(proto, inputs + outputs, "")
-                t1 = time.perf_counter()
-                report.timings[f"export_{name}"] = t1 - t0
-                check = functools.partial(_fit_and_verify, deploy=deploy, model=model, inputs=inputs,
-                                          outputs=outputs, example=example, atol=atol, rtol=rtol, seed=seed + 1,
-                                          examples=checked, runtimes=others)
-                if _wants_cleanup(cleanup, name, proto):
-                    proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None)
-                elif verify:
-                    results = check(proto)
-                    report.timings["verify"] = time.perf_counter() - t1
-                report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0, capture=captured.capture))
-                break
-            except Exception as exc:
-                proto = None
-                seen = getattr(exc, "onnx_compat_warnings", None)
-                warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
-                what = exporters.error_line(exc)
-                error = what + _baked_hint(warned["baked"])
-                pointed = culprit(exc, model, what) or _diagnosed(exc, model, inputs, outputs, name, checked, sizes,
-                                                                  atol, rtol, seed, patches)
-                report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned,
-                                               capture=seen.capture if seen else [], culprit=pointed))
-                # what this attempt left on the report belongs to it, not to the next one
-                report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
-                if len(order) == 1:
-                    raise ExportError(f"{name} export failed: {error}" + (f"\n{pointed}" if pointed else "")) from exc
-        if proto is None:
-            raise ExportError("no exporter produced a verified model: " +
-                              "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
-                              "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit))
-    report.exporter = name
-    report.why = ("requested" if exporter != "auto" else
-                  "dynamo exported and verified" if name == "dynamo" else
-                  "fallback: dynamo did not export or verify")
-    if results is not None:
-        report.verification = [r.to_dict() for r in results]
-        report.max_abs_err = max((o.max_abs_err for r in results for o in r.outputs), default=0.0)
-        report.degenerate = sorted({o.name for r in results for o in r.outputs if o.degenerate})
-        if strict and report.degenerate:
-            raise ExportError(f"strict: outputs {report.degenerate} are constant at the verified shapes; "
-                              "the comparison proves nothing")
+    # weights from 1 GiB on stay in a data file beside the graph (weights.py), removed unless written
+    with folder_for(written, size >= weights.IN_MEMORY_LIMIT) as spill:
+        with preserved(model):
+            adapter = IOAdapter(model, pairs, outputs)
+            with torch.no_grad():
+                returned = flatten(adapter(*args))
+            outputs = check_outputs(returned, outputs, example)
+            proto, results = None, None
+            for name in order:
+                t0 = time.perf_counter()
+                try:
+                    asked = targets.opset_for(name, opset, deploy)
+                    # cleanup follows a TorchScript export by default and folds constants in C++: the exporter's
+                    # own folding pass would only do it first, more slowly (12 x 256 Conformer: 0.2 s)
+                    fold = name != "torchscript" or cleanup is False
+                    proto, captured = exporters.run(name, adapter, args, inputs, outputs, asked, patches,
+                                                    fold=fold, weights=spill)
+                    _check_opset(proto, asked, name)
+                    proto, report.repairs = repair_int_types(proto)
+                    report.repairs += [c for c in [targets.fit(proto, deploy)] if c]
+                    report.warnings = {"baked": captured.baked, "other": captured.other}
+                    if strict and captured.baked:
+                        raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}")
+                    _check_dims(proto, inputs + outputs, "")
+                    t1 = time.perf_counter()
+                    report.timings[f"export_{name}"] = t1 - t0
+                    check = functools.partial(_fit_and_verify, deploy=deploy, model=model, inputs=inputs,
+                                              outputs=outputs, example=example, atol=atol, rtol=rtol, seed=seed + 1,
+                                              examples=checked, runtimes=others, weights=spill)
+                    if _wants_cleanup(cleanup, name, proto):
+                        proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None,
+                                                  spill)
+                    elif verify:
+                        results = check(proto)
+                        report.timings["verify"] = time.perf_counter() - t1
+                    report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0, capture=captured.capture))
+                    break
+                except Exception as exc:
+                    proto = None
+                    seen = getattr(exc, "onnx_compat_warnings", None)
+                    warned = {"baked": seen.baked, "other": seen.other} if seen else report.warnings
+                    what = exporters.error_line(exc)
+                    error = what + _baked_hint(warned["baked"])
+                    pointed = culprit(exc, model, what) or _diagnosed(exc, model, inputs, outputs, name, checked, sizes,
+                                                                      atol, rtol, seed, patches)
+                    report.attempts.append(Attempt(name, False, error, time.perf_counter() - t0, warned,
+                                                   capture=seen.capture if seen else [], culprit=pointed))
+                    # what this attempt left on the report belongs to it, not to the next one
+                    report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
+                    if len(order) == 1:
+                        raise ExportError(f"{name} export failed: {error}" + (f"\n{pointed}" if pointed else "")) from exc
+            if proto is None:
+                raise ExportError("no exporter produced a verified model: " +
+                                  "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
+                                  "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit))
+        report.exporter = name
+        report.why = ("requested" if exporter != "auto" else
+                      "dynamo exported and verified" if name == "dynamo" else
+                      "fallback: dynamo did not export or verify")
+        if results is not None:
+            report.verification = [r.to_dict() for r in results]
+            report.max_abs_err = max((o.max_abs_err for r in results for o in r.outputs), default=0.0)
+            report.degenerate = sorted({o.name for r in results for o in r.outputs if o.degenerate})
+            if strict and report.degenerate:
+                raise ExportError(f"strict: outputs {report.degenerate} are constant at the verified shapes; "
+                                  "the comparison proves nothing")
 
-    graph.set_metadata(proto, _metadata(inputs, outputs, name, metadata))
-    if rasr:
-        rasr_args = rasr if isinstance(rasr, dict) else _rasr_names(inputs, outputs)
-        check = check_rasr(proto, **rasr_args)
-        report.rasr = check.to_dict()
-        if not check.ok:
-            raise ExportError("RASR would refuse this model: " + "; ".join(check.findings))
-    summary = graph.inspect(proto)
-    for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
-        setattr(report, key, summary[key])
-    targets.fit(proto, deploy)  # a cleaned graph that was not verified is fitted here
-    write_atomically(proto, written)
+        graph.set_metadata(proto, _metadata(inputs, outputs, name, metadata))
+        if rasr:
+            rasr_args = rasr if isinstance(rasr, dict) else _rasr_names(inputs, outputs)
+            check = check_rasr(proto, **rasr_args)
+            report.rasr = check.to_dict()
+            if not check.ok:
+                raise ExportError("RASR would refuse this model: " + "; ".join(check.findings))
+        summary = graph.inspect(proto)
+        for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
+            setattr(report, key, summary[key])
+        targets.fit(proto, deploy)  # a cleaned graph that was not verified is fitted here
+        if spill is None:
+            write_atomically(proto, written)
+        else:
+            spill.commit(proto)
+            report.external_data = os.path.basename(written) + ".data"
     report.timings["total"] = time.perf_counter() - t_start
     return report
 
@@ -184,10 +197,10 @@ def _baked_hint(baked: Sequence[str]) -> str:
             "exporter trace it]")
 
 
-def clean_graph(proto: onnx.ModelProto):
+def clean_graph(proto: onnx.ModelProto, weights=None):
     """The cleaned graph and the session that runs it (``cleanup.py``); a bare proto is accepted too."""
     from .cleanup import cleanup_with_session
-    return cleanup_with_session(proto)
+    return cleanup_with_session(proto, weights)
 
 
 def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) -> None:
@@ -211,10 +224,11 @@ def _diagnosed(exc, model, inputs, outputs, exporter, examples, sizes, atol, rto
     return found.culprit.line() if found.culprit else None
 
 
-def _fit_and_verify(proto, deploy, **kwargs):
-    """Verify the graph as it will be written: fitted to the target first (in place)."""
+def _fit_and_verify(proto, deploy, weights=None, **kwargs):
+    """Verify the graph as it will be written: fitted to the target first (in place); a graph
+    whose weights are in a file is loaded from beside them."""
     targets.fit(proto, deploy)
-    return verify_model(proto, **kwargs)
+    return verify_model(proto if weights is None else weights.save_graph(proto), **kwargs)
 
 
 def _check_dims(proto, specs, stage: str) -> None:
@@ -231,13 +245,13 @@ def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProt
     return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
 
 
-def _cleaned(proto, report, specs, check):
+def _cleaned(proto, report, specs, check, weights=None):
     """Cleanup, then the dims and (``check``) the numbers of the result. Verifying the
     cleaned graph alone suffices; only when it fails is the raw export checked, to
     say whether the export or the cleanup is at fault."""
     t0 = time.perf_counter()
     report.nodes_before_cleanup = len(proto.graph.node)
-    cleaned, sess = clean_graph(proto), None
+    cleaned, sess = clean_graph(proto, weights), None
     if isinstance(cleaned, tuple):
         cleaned, sess = cleaned
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export

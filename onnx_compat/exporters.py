@@ -11,7 +11,6 @@ import io
 import logging
 import os
 import re
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -23,6 +22,7 @@ from . import flags
 from .registry import patched
 from .safety import preserved
 from .spec import Dim, TensorSpec, size_name
+from .weights import WeightsFolder
 
 EXPORTERS = ("dynamo", "torchscript")
 EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
@@ -117,11 +117,14 @@ def wanted_dynamic(specs: Sequence[TensorSpec]) -> Dict[str, Dict[int, str]]:
 def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec], opset: Optional[int] = None,
         patch_options: Optional[dict] = None, let_dims_specialize: bool = False,
-        fold: bool = True) -> Tuple[onnx.ModelProto, Captured]:
+        fold: bool = True, weights: Optional[WeightsFolder] = None) -> Tuple[onnx.ModelProto, Captured]:
     """Export ``model(*args)`` with ``exporter`` and return the ModelProto.
 
     ``fold=False``: the TorchScript exporter leaves constant folding to the
     cleanup that follows (ONNX Runtime folds the same subgraphs in C++).
+
+    ``weights``: the model is written there and its graph comes back without the weights, which stay in a
+    data file of that folder (``weights.py``: models past protobuf's 2 GB).
 
     ``let_dims_specialize``: dynamo may make a dynamic dim static (``Dim.AUTO``)
     instead of failing; for the diagnosis, which then finds where it happened.
@@ -138,10 +141,10 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
             warnings.simplefilter("always")
             with patched(**(patch_options or {})):
                 if exporter == "torchscript":
-                    proto = _torchscript(model, args, inputs, outputs, opset, fold)
+                    proto = _torchscript(model, args, inputs, outputs, opset, fold, weights)
                 else:
                     auto = getattr(getattr(torch.export, "Dim", None), "AUTO", None) if let_dims_specialize else None
-                    proto = _dynamo(model, args, inputs, outputs, opset, captured, hint=auto)
+                    proto = _dynamo(model, args, inputs, outputs, opset, captured, hint=auto, weights=weights)
     except Exception as exc:
         for record in records:
             captured.add(record)
@@ -154,8 +157,10 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
 
 def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names: Sequence[str],
                 dynamic_axes: Dict[str, Dict[int, str]], output_names: Optional[Sequence[str]] = None,
-                max_size: Optional[int] = 4096) -> onnx.ModelProto:
+                max_size: Optional[int] = 4096, path: Optional[str] = None) -> Optional[onnx.ModelProto]:
     """Plain ``torch.onnx.export`` to a ModelProto, quietly: what a user's own call does.
+
+    ``path``: written there instead (weights past 2 GB beside it, as the exporter decides); returns None.
 
     No specs, no checks; the patches are whatever the caller has in place. For the
     tests and benchmarks that compare against (or time) the exporter itself.
@@ -166,35 +171,34 @@ def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names:
         model.eval()
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
-            buf = io.BytesIO()
+            buf = path or io.BytesIO()
             torch.onnx.export(model, tuple(args), buf, input_names=list(input_names), output_names=output_names,
                               dynamic_axes={k: v for k, v in dynamic_axes.items() if v}, **_TORCHSCRIPT)
-            return onnx.load_from_string(buf.getvalue())
+            return None if path else onnx.load_from_string(buf.getvalue())
         dims: Dict[str, object] = {}
         shapes = tuple({a: dims.setdefault(n, torch.export.Dim(n, min=1, **({"max": max_size} if max_size else {})))
                         for a, n in dynamic_axes.get(name, {}).items()} or None for name in input_names)
-        return torch.onnx.export(model, tuple(args), dynamo=True, dynamic_shapes=shapes, input_names=list(input_names),
-                                 output_names=output_names, verbose=False).model_proto
+        program = torch.onnx.export(model, tuple(args), dynamo=True, dynamic_shapes=shapes,
+                                    input_names=list(input_names), output_names=output_names, verbose=False)
+        if path:
+            program.save(path)
+            return None
+        return program.model_proto
 
 
-_IN_MEMORY = 1 << 30  # weights below 1 GiB are exported to memory
-
-
-def _torchscript(model, args, inputs, outputs, opset, fold: bool = True) -> onnx.ModelProto:
+def _torchscript(model, args, inputs, outputs, opset, fold: bool = True,
+                 weights: Optional[WeightsFolder] = None) -> onnx.ModelProto:
     axes = wanted_dynamic(list(inputs) + list(outputs))
-    # In memory when the weights are far from protobuf's 2 GB (no file written and read back: 0.1 s on the
-    # 12 x 256 Conformer); a file otherwise, where the exporter can put the weights beside it.
-    weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
-    with tempfile.TemporaryDirectory() as tmp:
-        target = io.BytesIO() if weights < _IN_MEMORY else f"{tmp}/model.onnx"
-        try:
-            torch.onnx.export(model, args, target, input_names=_onnx_names(inputs), output_names=_onnx_names(outputs),
-                              dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset,
-                              do_constant_folding=fold, **_TORCHSCRIPT)
-        except Exception as exc:
-            _attach_failed_scope(exc, model, args)
-            raise
-        return onnx.load_from_string(target.getvalue()) if isinstance(target, io.BytesIO) else onnx.load(target)
+    # In memory unless the weights need a file (no file written and read back: 0.1 s on the 12 x 256 Conformer)
+    target = io.BytesIO() if weights is None else weights.step_path("torchscript")
+    try:
+        torch.onnx.export(model, args, target, input_names=_onnx_names(inputs), output_names=_onnx_names(outputs),
+                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=opset,
+                          do_constant_folding=fold, **_TORCHSCRIPT)
+    except Exception as exc:
+        _attach_failed_scope(exc, model, args)
+        raise
+    return onnx.load_from_string(target.getvalue()) if weights is None else weights.adopt(target, "torchscript")
 
 
 _FAILED_OP = re.compile(r"operator '(\w+::\w+)'")
@@ -254,7 +258,7 @@ def _strategies(text: str) -> List[str]:
 
 
 def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = None,
-            hint=None) -> onnx.ModelProto:
+            hint=None, weights: Optional[WeightsFolder] = None) -> onnx.ModelProto:
     torch_dim = _torch_dims(hint)
 
     in_axes = _axes(inputs)
@@ -274,7 +278,12 @@ def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = 
     finally:
         if captured is not None:
             captured.capture = _strategies(progress.getvalue())
-    proto = program.model_proto
+    if weights is None:
+        proto = program.model_proto
+    else:  # never the whole proto in memory: written with its weights beside it, read back without them
+        written = weights.step_path("dynamo")
+        program.save(written, external_data=True)
+        proto = weights.adopt(written, "dynamo")
     _name_dims(proto, inputs, outputs)
     return proto
 

@@ -39,6 +39,7 @@ class Report:
     warnings: Dict[str, List[str]] = field(default_factory=lambda: {"baked": [], "other": []})
     rasr: Optional[dict] = None
     metadata: Dict[str, str] = field(default_factory=dict)
+    external_data: Optional[str] = None  # the weights' file beside the model (past protobuf's 2 GB)
     target: Optional[str] = None  # the ONNX Runtime release the model was made to load in
     timings: Dict[str, float] = field(default_factory=dict)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 import onnx
 import torch
@@ -74,13 +74,31 @@ def check_writable(path: str) -> str:
     return path
 
 
-def write_atomically(proto: onnx.ModelProto, path: str) -> None:
-    """Write ``proto`` to a temporary file beside ``path``, then rename it into place."""
+def check_room(path: str, needed: int) -> None:
+    """A folder with less free space than the weights cannot hold the model: say so before exporting."""
+    folder = os.path.dirname(path)
+    stats = os.statvfs(folder)
+    free = stats.f_bavail * stats.f_frsize
+    if needed > free:
+        raise ValueError(f"cannot write the ONNX model to {path!r}: its weights need {needed / 2**20:.1f} MiB "
+                         f"and folder {folder!r} has {free / 2**20:.1f} MiB free")
+
+
+def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[Callable[[], None]] = None) -> None:
+    """Write ``proto`` to a temporary file beside ``path``, then rename it into place.
+
+    ``before_rename``: a last step once the file is complete (moving its data file into place).
+    A write that fails (no room, say) is one ``OSError`` naming the path; nothing is left."""
     folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
-        onnx.save(proto, tmp)
+        try:
+            onnx.save(proto, tmp)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write the ONNX model to {path!r}: {exc.strerror or exc}") from exc
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -1,0 +1,157 @@
+"""Time and peak memory to a verified model as the weights grow, up to past protobuf's 2 GB.
+
+    .venv/bin/python benchmarks/model_size.py [--sizes 10M,100M,600M] [--exporters torchscript,dynamo]
+                                              [--write README.md]
+
+A synthetic sequence model (``[B, T, F]`` in, Conv1d(padding="same") then a
+stack of Linear + ReLU) of about 10 M, 100 M and 600 M parameters (600 M is
+2.4 GB of float32 weights: past 2 GB, so it is written as ``model.onnx`` plus
+``model.onnx.data``). Each row runs in a fresh process, in a temporary folder,
+so its peak resident memory is its own:
+
+- bare: ``torch.onnx.export`` to a file as a user's own call does (dynamo:
+  the program saved with its weights beside it);
+- pipeline: ``onnx_compat.export`` (export, repair, cleanup, verification at
+  three new shapes, metadata, atomic write), then the written file loaded
+  by ONNX Runtime from its path;
+- peak RSS of each process relative to the weights' size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = {"10M": (1024, 9), "100M": (2048, 23), "600M": (4096, 35)}  # (width, Linear layers) after a Conv1d(k=3)
+
+
+def build(size: str):
+    import torch
+
+    width, depth = SIZES[size]
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(80, width, 3, padding="same")
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+            self.out = torch.nn.Linear(width, 80)
+
+        def forward(self, data):
+            x = self.conv(data.transpose(1, 2)).transpose(1, 2)
+            for layer in self.layers:
+                x = torch.relu(layer(x)) + x
+            return self.out(x)
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model = Stack().eval()
+        for p in model.parameters():  # keep activations of order 1 through the residual stack
+            p.mul_(0.5)
+    return model
+
+
+def _one(size: str, exporter: str, mode: str) -> dict:
+    """One measurement in this process (run as a child)."""
+    import onnxruntime as ort
+    import torch
+
+    from onnx_compat import Dim, TensorSpec, export
+    from onnx_compat.exporters import bare_export
+    from onnx_compat.weights import weight_bytes
+
+    model = build(size)
+    weights = weight_bytes(model)
+    params = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory(dir=os.environ.get("ONNX_COMPAT_BENCH_DIR")) as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        t0 = time.perf_counter()
+        if mode == "bare":
+            bare_export(model, (torch.randn(2, 50, 80),), exporter, ["data"], {"data": {0: "batch", 1: "time"}},
+                        ["out"], max_size=None, path=path)
+            report = None
+        else:
+            report = export(model, path, [TensorSpec("data", [Dim("batch"), Dim("time"), 80])],
+                            [TensorSpec("out", [Dim("batch"), Dim("time"), 80])], exporter=exporter)
+        seconds = time.perf_counter() - t0
+        files = sorted(os.listdir(tmp))
+        on_disk = sum(os.path.getsize(os.path.join(tmp, f)) for f in files)
+        if mode != "bare":
+            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            sess.run(None, {"data": torch.randn(1, 17, 80).numpy()})
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"size": size, "exporter": exporter, "mode": mode, "params": params, "weights": weights,
+            "seconds": seconds, "peak_rss": peak, "files": files, "bytes_on_disk": on_disk,
+            "max_abs_err": report.max_abs_err if report else None,
+            "external_data": report.external_data if report else None,
+            "timings": report.timings if report else None}
+
+
+def measure(size: str, exporter: str, mode: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", size, exporter, mode], capture_output=True,
+                         text=True, check=False)
+    if out.returncode != 0:
+        return {"size": size, "exporter": exporter, "mode": mode, "error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows) -> str:
+    by = {(r["size"], r["exporter"], r["mode"]): r for r in rows}
+    lines = ["| model | weights | exporter | bare export | pipeline (verified) | ratio | peak RSS bare | "
+             "peak RSS pipeline | files written |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (size, exporter, mode), row in by.items():
+        if mode != "pipeline":
+            continue
+        bare = by.get((size, exporter, "bare"), {})
+        if "error" in row:
+            lines.append(f"| {size} | | {exporter} | | failed: {row['error'][:80]} | | | | |")
+            continue
+        gb = row["weights"] / 2**30
+
+        def rss(r):
+            return f"{r['peak_rss'] / 2**30:.2f} GiB ({r['peak_rss'] / r['weights']:.1f}x)" if "peak_rss" in r else "-"
+        ratio = f"{row['seconds'] / bare['seconds']:.2f}x" if "seconds" in bare else "-"
+        lines.append(f"| {row['params'] / 1e6:.0f} M params | {gb:.2f} GiB | {exporter} | "
+                     f"{bare.get('seconds', float('nan')):.1f} s | {row['seconds']:.1f} s | {ratio} | {rss(bare)} | "
+                     f"{rss(row)} | {' + '.join(row['files'])} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(_one(*sys.argv[2:5])))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10M,100M,600M")
+    ap.add_argument("--exporters", default="torchscript,dynamo")
+    ap.add_argument("--write", help="replace the README's model-size table")
+    ap.add_argument("--json", help="also save the raw rows here")
+    args = ap.parse_args()
+    rows = []
+    for size in args.sizes.split(","):
+        for exporter in args.exporters.split(","):
+            for mode in ("bare", "pipeline"):
+                rows.append(measure(size, exporter, mode))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    text = table(rows)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.write:
+        with open(args.write) as f:
+            readme = f.read()
+        block = re.compile(r"(<!-- model-size -->\n).*?(\n<!-- /model-size -->)", re.S)
+        with open(args.write, "w") as f:
+            f.write(block.sub(lambda m: m.group(1) + text + m.group(2), readme))
+
+
+if __name__ == "__main__":
+    main()
