@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fuzz test-torch20 test-runtimes runtimes bench clean
+.PHONY: demo test test-fuzz test-torch20 test-matrix test-runtimes runtimes bench clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,17 +23,25 @@ test: $(STAMP)
 test-fuzz: $(STAMP)
 	$(PY) -m pytest -q -m fuzz tests
 
-# torch 2.0.1's TorchScript exporter, in a venv of its own (~2.5 GB download).
-VENV20 := .venv-torch20
-$(VENV20)/.installed: constraints-torch20.txt setup.py
-	test -x $(VENV20)/bin/python || $(PYTHON) -m venv $(VENV20)
-	$(VENV20)/bin/python -m pip install -q --upgrade pip
-	$(VENV20)/bin/python -m pip install -q -c constraints-torch20.txt torch onnx onnxruntime "numpy<2" wrapt pytest hypothesis
-	$(VENV20)/bin/python -m pip install -q --no-deps -e .
+# The torch versions users run (issue #18): one venv each under .venv-matrix/, with the onnx /
+# onnxruntime / onnxscript / numpy of its time (constraints/torch-<version>.txt) and the same test
+# tools (constraints/tools.txt); the pinned 2.13.0 is .venv. Not in CI: ~2.5 GB download per version.
+MATRIX := 2.0.1 2.1.2 2.4.1 2.6.0 2.8.0 2.15.0
+MVENV := .venv-matrix
+$(MVENV)/%/.installed: constraints/torch-%.txt constraints/tools.txt setup.py
+	test -x $(MVENV)/$*/bin/python || $(PYTHON) -m venv $(MVENV)/$*
+	$(MVENV)/$*/bin/python -m pip install -q --upgrade pip
+	PIP_CONSTRAINT="constraints/torch-$*.txt constraints/tools.txt" $(MVENV)/$*/bin/python -m pip install -q -e ".[test]"
 	touch $@
 
-test-torch20: $(VENV20)/.installed
-	$(VENV20)/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py tests/test_ops.py tests/test_spectral.py
+# The whole suite on every version, then the bundled Conformer and BLSTM through export(exporter="auto");
+# prints the README's support table (--write README.md replaces it there).
+test-matrix: $(STAMP) $(MATRIX:%=$(MVENV)/%/.installed)
+	$(PY) benchmarks/test_matrix.py $(MATRIX_ARGS) .venv $(MATRIX:%=$(MVENV)/%)
+
+# torch 2.0.1 alone, the fast subset (conv, registry, ops, spectral).
+test-torch20: $(MVENV)/2.0.1/.installed
+	$(MVENV)/2.0.1/bin/python -m pytest -q tests/test_padding.py tests/test_registry.py tests/test_conv_export.py tests/test_ops.py tests/test_spectral.py
 
 # Runtimes users deploy, for tests/test_targets.py (not in CI; make test skips those checks and says why):
 # ONNX Runtime 1.16.3 in a venv of its own, and onnxruntime-node 1.30.0 (its install script downloads from a
@@ -55,4 +63,4 @@ test-runtimes: $(STAMP) runtimes
 	$(PY) -m pytest -q tests/test_targets.py
 
 clean:
-	rm -rf $(VENV) $(VENV20) $(VENVORT) $(NODEORT) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(MVENV) $(VENVORT) $(NODEORT) *.egg-info .pytest_cache .hypothesis

@@ -26,7 +26,7 @@ from .weights import WeightsFolder
 
 EXPORTERS = ("dynamo", "torchscript")
 EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
-HAS_DYNAMO = "dynamo" in EXPORT_PARAMS and "dynamic_shapes" in EXPORT_PARAMS
+HAS_DYNAMO = flags.HAS_DYNAMO
 _TORCHSCRIPT = {"dynamo": False} if "dynamo" in EXPORT_PARAMS else {}  # torch.onnx.export's flag for it
 
 # TracerWarnings whose cause is a value frozen into the graph.
@@ -317,9 +317,9 @@ class DimSpecialized(RuntimeError):
     """torch.export found that the model makes a dim asked to be dynamic a constant."""
 
 
-# torch.export's words (2.13) for a dynamic-hinted dim the trace made static; the inputs are the
-# adapter's flat ``*tensors``, in ONNX order
-_STATIC = re.compile(r"inferred a static shape of (\d+) for dimension inputs\['tensors'\]\[(\d+)\]\.shape\[(\d+)\]")
+# torch.export's words for a dynamic-hinted dim the trace made static; the inputs are the adapter's flat
+# ``*tensors``, in ONNX order (2.13: ``inputs['tensors'][0].shape[1]``, 2.15: ``inputs[0].shape[1]``)
+_STATIC = re.compile(r"inferred a static shape of (\d+) for dimension inputs(?:\['tensors'\])?\[(\d+)\]\.shape\[(\d+)\]")
 
 
 def _cause_text(exc: BaseException) -> str:

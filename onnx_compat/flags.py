@@ -12,7 +12,9 @@ one C call.
 """
 from __future__ import annotations
 
+import re
 import threading
+from typing import Tuple
 
 import torch
 
@@ -51,6 +53,25 @@ WHEN = {
     "export": any_exporting,
     "always": always,
 }
+
+
+def _release(text: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+TORCH = _release(torch.__version__)
+
+
+_EXPORT_PARAMS = __import__("inspect").signature(torch.onnx.export).parameters
+# torch.onnx.export(dynamo=True, dynamic_shapes=...): the dynamo exporter as onnx_compat calls it (torch 2.6 is the
+# first release of the test matrix with it; 2.4 has dynamo= without dynamic_shapes=)
+HAS_DYNAMO = "dynamo" in _EXPORT_PARAMS and "dynamic_shapes" in _EXPORT_PARAMS
+DYNAMO_SINCE = "2.6"
+
+
+def torch_at_least(version: str) -> bool:
+    """This torch is ``version`` or newer (local build tags such as ``+cpu`` ignored)."""
+    return TORCH >= _release(version)
 
 
 def request_trace(delta: int) -> None:

@@ -21,7 +21,7 @@ import inspect
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import wrapt
@@ -47,7 +47,11 @@ class Patch:
     code has loaded its module, and the patch is unavailable when the package is
     not installed. ``signature``: the leading parameter names each target must
     have; a version whose helper differs leaves the patch unavailable rather
-    than wrapping the wrong function.
+    than wrapping the wrong function. ``native``: exporter -> the first torch
+    release whose exporter gets this right by itself (measured by ``make
+    test-matrix``); from there on the patch steps aside under that exporter.
+    ``min_torch``: the first torch release the patch works with; older ones
+    report it unavailable, naming that release.
     """
 
     name: str
@@ -60,6 +64,8 @@ class Patch:
     requires: Sequence[str] = ()
     library: Optional[str] = None
     signature: Optional[Sequence[str]] = None
+    native: Mapping[str, str] = field(default_factory=dict)
+    min_torch: Optional[str] = None
     # runtime state, owned by the registry
     _count: int = field(default=0, repr=False)
     _changes: Optional[Changes] = field(default=None, repr=False)
@@ -68,7 +74,16 @@ class Patch:
     def __post_init__(self) -> None:
         if self.when not in flags.WHEN:
             raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(flags.WHEN)}")
+        unknown = set(self.native) - {"dynamo", "torchscript"}
+        if unknown:
+            raise ValueError(f"patch {self.name!r}: native= takes exporters 'dynamo'/'torchscript', not {sorted(unknown)}")
         self._active = flags.WHEN[self.when]
+        # the exporters of this torch that need no patch here: the gate calls straight through under them
+        self._native = tuple(flags.WHEN[e] for e, release in self.native.items() if flags.torch_at_least(release))
+
+    def steps_aside(self, exporter: str) -> bool:
+        """This torch's ``exporter`` gets it right by itself, so the patch leaves it alone."""
+        return exporter in self.native and flags.torch_at_least(self.native[exporter])
 
     def missing(self) -> List[str]:
         """Required targets this torch does not have (a library's targets are never required)."""
@@ -80,6 +95,11 @@ class Patch:
         """Why this patch cannot be used here, or None."""
         if self.library and importlib.util.find_spec(self.library) is None:
             return f"{self.library} is not installed"
+        if self.min_torch and not flags.torch_at_least(self.min_torch):
+            return f"needs torch >= {self.min_torch} (this is {torch.__version__})"
+        if self.when == "dynamo" and not flags.HAS_DYNAMO:
+            return (f"acts only under the dynamo exporter, which needs torch >= {flags.DYNAMO_SINCE} "
+                    f"(this is {torch.__version__})")
         missing = self.missing()
         if missing:
             return f"torch {torch.__version__} lacks {', '.join(missing)}"
@@ -95,7 +115,7 @@ class Patch:
         return None
 
     def gate(self, wrapped, instance, args, kwargs):
-        if self._count and self._active():
+        if self._count and self._active() and not any(native() for native in self._native):
             return self.wrapper(wrapped, instance, args, kwargs)
         return wrapped(*args, **kwargs)
 
@@ -128,6 +148,12 @@ def unavailable_patches() -> Dict[str, str]:
     _load_families()
     reasons = {name: p.unavailable() for name, p in _REGISTRY.items()}
     return {name: reason for name, reason in reasons.items() if reason is not None}
+
+
+def steps_aside(name: str, exporter: str) -> bool:
+    """Whether patch ``name`` leaves ``exporter`` alone on this torch (which does it right by itself)."""
+    _load_families()
+    return _REGISTRY[name].steps_aside(exporter)
 
 
 def applied_patches() -> List[str]:

@@ -70,6 +70,9 @@ def _fake(x, hx, params, bidirectional):
 
 
 _DYNAMO_DEFAULT = EXPORT_PARAMS["dynamo"].default if "dynamo" in EXPORT_PARAMS else False
+# From this release on, torch.onnx's dynamo exporter writes nn.LSTM/nn.GRU as one ONNX LSTM/GRU with a
+# dynamic T by itself (make test-matrix: 2.14.1 still bakes T). Packed input and proj_size still need the patch.
+DYNAMO_WRITES_RNN = "2.15"
 # torch.library.custom_op (torch >= 2.4) and the translation table (dynamo exporter) are both needed.
 SUPPORTED = hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
 _custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
@@ -136,6 +139,8 @@ def rnn_forward(wrapped, instance, args, kwargs):
             _refuse(f"onnx_compat: {name} with proj_size={instance.proj_size} over a PackedSequence packed by "
                     "other means than pack_padded_sequence cannot export")
         return wrapped(*args, **kwargs)  # packed by other means than pack_padded_sequence
+    if not projected and not isinstance(data, Padded) and flags.torch_at_least(DYNAMO_WRITES_RNN):
+        return wrapped(*args, **kwargs)  # this torch's dynamo exporter keeps T dynamic itself
     lengths = None
     if isinstance(data, Padded):
         x, lengths, batch_first = data.data, data.lengths, data.batch_first
@@ -228,33 +233,36 @@ def _with_translations(wrapped, instance, args, kwargs):
     return result
 
 
-if SUPPORTED:
-    register(Patch(
-        name="onnx_translations",
-        description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops "
-                    "(added to the caller's custom_translation_table)",
-        targets=("torch.onnx:export",),
-        wrapper=_with_translations,
-        when="always",
-        aliases=False,
-    ))
-    register(Patch(
-        name="rnn_dynamic_time",
-        description="nn.LSTM/nn.GRU export with a dynamic time dim under dynamo (one ONNX LSTM/GRU per layer "
-                    "instead of T unrolled steps; repeated exports work); LSTM(proj_size) under both exporters "
-                    "(ONNX Scan/Loop over time)",
-        targets=("torch.nn.modules.rnn:LSTM.forward", "torch.nn.modules.rnn:GRU.forward"),
-        wrapper=rnn_forward,
-        when="export",
-        aliases=False,
-        requires=("onnx_translations",),
-    ))
-    register(Patch(
-        name="packed_sequences",
-        description="pack_padded_sequence -> LSTM/GRU -> pad_packed_sequence exports under dynamo "
-                    "(ONNX sequence_lens: zeros at padded frames, h_n/c_n per sequence)",
-        targets=("torch.nn.utils.rnn:pack_padded_sequence", "torch.nn.utils.rnn:pad_packed_sequence"),
-        wrapper=packing,
-        when="dynamo",
-        requires=("rnn_dynamic_time",),
-    ))
+# Registered on every torch so that an older one names the release it needs (``min_torch``).
+register(Patch(
+    name="onnx_translations",
+    description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops "
+                "(added to the caller's custom_translation_table)",
+    targets=("torch.onnx:export",),
+    wrapper=_with_translations,
+    when="always",
+    aliases=False,
+    min_torch=flags.DYNAMO_SINCE,
+))
+register(Patch(
+    name="rnn_dynamic_time",
+    description="nn.LSTM/nn.GRU export with a dynamic time dim under dynamo (one ONNX LSTM/GRU per layer "
+                "instead of T unrolled steps; repeated exports work); LSTM(proj_size) under both exporters "
+                "(ONNX Scan/Loop over time)",
+    targets=("torch.nn.modules.rnn:LSTM.forward", "torch.nn.modules.rnn:GRU.forward"),
+    wrapper=rnn_forward,
+    when="export",
+    aliases=False,
+    requires=("onnx_translations",),
+    min_torch=flags.DYNAMO_SINCE,
+))
+register(Patch(
+    name="packed_sequences",
+    description="pack_padded_sequence -> LSTM/GRU -> pad_packed_sequence exports under dynamo "
+                "(ONNX sequence_lens: zeros at padded frames, h_n/c_n per sequence)",
+    targets=("torch.nn.utils.rnn:pack_padded_sequence", "torch.nn.utils.rnn:pad_packed_sequence"),
+    wrapper=packing,
+    when="dynamo",
+    requires=("rnn_dynamic_time",),
+    min_torch=flags.DYNAMO_SINCE,
+))
