@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Tuple
+from typing import Optional, Tuple
 
 import onnx
 import onnxruntime as ort
@@ -39,11 +39,13 @@ def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     return cleanup_with_session(proto)[0]
 
 
-def cleanup_with_session(proto: onnx.ModelProto, weights=None) -> Tuple[onnx.ModelProto, ort.InferenceSession]:
+def cleanup_with_session(proto: onnx.ModelProto, weights=None,
+                         serialized: Optional[bytes] = None) -> Tuple[onnx.ModelProto, ort.InferenceSession]:
     """``cleanup(proto)`` and the session that made it, which runs exactly that graph (one thread).
 
     ``weights``: the ``WeightsFolder`` holding the graph's weights (models past 2 GB); the session
-    loads the graph from there and writes the cleaned weights to a data file of its own."""
+    loads the graph from there and writes the cleaned weights to a data file of its own. ``serialized``:
+    ``proto`` as bytes already (the exporter's own), so it is not serialised again."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     opts.intra_op_num_threads = 1
@@ -61,7 +63,7 @@ def cleanup_with_session(proto: onnx.ModelProto, weights=None) -> Tuple[onnx.Mod
     else:
         with tempfile.TemporaryDirectory(prefix="onnx_compat_cleanup_") as folder:
             opts.optimized_model_filepath = os.path.join(folder, "cleaned.onnx")
-            sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"],
+            sess = ort.InferenceSession(serialized or proto.SerializeToString(), opts, providers=["CPUExecutionProvider"],
                                         disabled_optimizers=_DISABLED)
             out = onnx.load(opts.optimized_model_filepath)
     # ONNX Runtime declares every domain it knows; keep those the graph uses

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx
@@ -27,7 +28,7 @@ from .repair import repair_int_types
 from .report import Attempt, Report
 from .safety import check_room, check_writable, preserved, write_atomically
 from .spec import TensorSpec, check_examples, example_inputs, forward_arguments
-from .verify import VerificationError, verify as verify_model
+from .verify import VerificationError, reference_cases, verify as verify_model
 from . import weights
 from .weights import folder_for, weight_bytes
 
@@ -119,13 +120,16 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                     t1 = time.perf_counter()
                     report.timings[f"export_{name}"] = t1 - t0
                     check = functools.partial(_fit_and_verify, deploy=deploy, model=model, inputs=inputs,
-                                              outputs=outputs, example=example, atol=atol, rtol=rtol, seed=seed + 1,
-                                              examples=checked, runtimes=others, weights=spill)
+                                              outputs=outputs, atol=atol, rtol=rtol, runtimes=others, weights=spill)
+                    cases = functools.partial(reference_cases, model, inputs, outputs, example=example, seed=seed + 1,
+                                              examples=checked)
+                    # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
+                    serialized = None if report.repairs else captured.serialized
                     if _wants_cleanup(cleanup, name, proto):
                         proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None,
-                                                  spill)
+                                                  cases, spill, serialized)
                     elif verify:
-                        results = check(proto)
+                        results = check(proto, cases=cases())
                         report.timings["verify"] = time.perf_counter() - t1
                     report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0, capture=captured.capture))
                     break
@@ -197,10 +201,10 @@ def _baked_hint(baked: Sequence[str]) -> str:
             "exporter trace it]")
 
 
-def clean_graph(proto: onnx.ModelProto, weights=None):
+def clean_graph(proto: onnx.ModelProto, weights=None, serialized: Optional[bytes] = None):
     """The cleaned graph and the session that runs it (``cleanup.py``); a bare proto is accepted too."""
     from .cleanup import cleanup_with_session
-    return cleanup_with_session(proto, weights)
+    return cleanup_with_session(proto, weights, serialized)
 
 
 def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) -> None:
@@ -245,13 +249,17 @@ def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProt
     return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
 
 
-def _cleaned(proto, report, specs, check, weights=None):
-    """Cleanup, then the dims and (``check``) the numbers of the result. Verifying the
-    cleaned graph alone suffices; only when it fails is the raw export checked, to
-    say whether the export or the cleanup is at fault."""
+def _cleaned(proto, report, specs, check, cases, weights=None, serialized=None):
+    """Cleanup, then the dims and (``check``) the numbers of the result. ONNX Runtime cleans the graph
+    in a second thread while this one runs the eager model for the reference outputs. Verifying the
+    cleaned graph alone suffices; only when it fails is the raw export checked, to say whether the
+    export or the cleanup is at fault."""
     t0 = time.perf_counter()
     report.nodes_before_cleanup = len(proto.graph.node)
-    cleaned, sess = clean_graph(proto, weights), None
+    with ThreadPoolExecutor(1) as pool:
+        cleaning = pool.submit(clean_graph, proto, weights, serialized)
+        references = cases() if check is not None else None
+        cleaned, sess = cleaning.result(), None
     if isinstance(cleaned, tuple):
         cleaned, sess = cleaned
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
@@ -262,9 +270,9 @@ def _cleaned(proto, report, specs, check, weights=None):
     results = None
     if check is not None:
         try:
-            results = check(cleaned, ort_session=sess)  # the session that made the cleaned graph runs it
+            results = check(cleaned, ort_session=sess, cases=references)  # the session that made the graph runs it
         except VerificationError as exc:
-            check(proto)  # raises when the export itself is wrong
+            check(proto, cases=references)  # raises when the export itself is wrong
             raise ExportError(f"cleanup changed the model's outputs: {exc}") from exc
         report.timings["verify"] = time.perf_counter() - t1
     return cleaned, results

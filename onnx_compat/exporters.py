@@ -55,6 +55,9 @@ class Captured:
     other: List[str] = field(default_factory=list)
     # how torch.onnx.export(dynamo=True) obtained the graph: each capture strategy it tried, in order
     capture: List[str] = field(default_factory=list)
+    # the exporter's output as bytes, when it gave bytes (TorchScript, in memory): ONNX Runtime can load
+    # these instead of a re-serialised proto (78 MB for the 12 x 256 Conformer: 0.16 s)
+    serialized: Optional[bytes] = field(default=None, repr=False)
 
     def add(self, record: warnings.WarningMessage) -> None:
         text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"
@@ -141,7 +144,7 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
             warnings.simplefilter("always")
             with patched(**(patch_options or {})):
                 if exporter == "torchscript":
-                    proto = _torchscript(model, args, inputs, outputs, opset, fold, weights)
+                    proto, captured.serialized = _torchscript(model, args, inputs, outputs, opset, fold, weights)
                 else:
                     auto = getattr(getattr(torch.export, "Dim", None), "AUTO", None) if let_dims_specialize else None
                     proto = _dynamo(model, args, inputs, outputs, opset, captured, hint=auto, weights=weights)
@@ -187,7 +190,8 @@ def bare_export(model: torch.nn.Module, args: Tuple, exporter: str, input_names:
 
 
 def _torchscript(model, args, inputs, outputs, opset, fold: bool = True,
-                 weights: Optional[WeightsFolder] = None) -> onnx.ModelProto:
+                 weights: Optional[WeightsFolder] = None) -> Tuple[onnx.ModelProto, Optional[bytes]]:
+    """The exported graph, and its bytes as the exporter wrote them (None when written to ``weights``)."""
     axes = wanted_dynamic(list(inputs) + list(outputs))
     # In memory unless the weights need a file (no file written and read back: 0.1 s on the 12 x 256 Conformer)
     target = io.BytesIO() if weights is None else weights.step_path("torchscript")
@@ -198,7 +202,10 @@ def _torchscript(model, args, inputs, outputs, opset, fold: bool = True,
     except Exception as exc:
         _attach_failed_scope(exc, model, args)
         raise
-    return onnx.load_from_string(target.getvalue()) if weights is None else weights.adopt(target, "torchscript")
+    if weights is not None:
+        return weights.adopt(target, "torchscript"), None
+    data = target.getvalue()
+    return onnx.load_from_string(data), data
 
 
 _FAILED_OP = re.compile(r"operator '(\w+::\w+)'")

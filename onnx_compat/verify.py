@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -100,18 +101,43 @@ def local_runner(sess: ort.InferenceSession) -> Runner:
     return lambda feeds: dict(zip(names, sess.run(None, {k: v for k, v in feeds.items() if k in wanted})))
 
 
-def check_at(run: Runner, reference: torch.nn.Module, inputs: Sequence[TensorSpec],
-             outputs: Sequence[TensorSpec], sizes: Dict[str, int], seed: int, atol: float, rtol: float,
-             feeds: Optional[Dict[str, torch.Tensor]] = None, runtime: Optional[str] = None) -> ShapeCheck:
-    """ONNX Runtime (``run``) against eager at ``sizes`` (random inputs), or on ``feeds`` (a user example)."""
+@dataclass
+class Case:
+    """One verification input and the eager model's outputs on it (the reference, computed once)."""
+
+    sizes: Dict[str, int]
+    feeds: Dict[str, torch.Tensor]
+    example: bool = False  # a user example rather than generated inputs
+    expected: List[np.ndarray] = field(default_factory=list)
+
+
+def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+                    sizes: Optional[List[Dict[str, int]]] = None, example: Optional[Mapping[str, int]] = None,
+                    seed: int = 1, examples=None) -> List[Case]:
+    """The inputs ``verify`` checks (three shapes around ``example``, B=1 first, then each user example)
+    with the unpatched eager model's outputs on them. Independent of the ONNX graph, so it can run while
+    ONNX Runtime loads or optimises it."""
+    checked = check_examples(inputs, examples)
+    if sizes is None:
+        sizes = verification_sizes(inputs, example or dim_sizes(inputs))
+    cases = [Case(dict(s), make_inputs(inputs, s, seed=seed + k)) for k, s in enumerate(sizes)]
+    cases += [Case(example_sizes(inputs, feeds), feeds, example=True) for feeds in checked]
+    with preserved(model), torch.no_grad():  # eval mode; flags, attributes and buffers as before afterwards
+        reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
+        for case in cases:
+            case.expected = [t.detach().cpu().numpy() for t in flatten(reference(*case.feeds.values()))]
+    return cases
+
+
+def check_at(run: Runner, case: Case, outputs: Sequence[TensorSpec], atol: float, rtol: float,
+             runtime: Optional[str] = None) -> ShapeCheck:
+    """ONNX Runtime (``run``) against the eager reference of ``case``."""
     if isinstance(run, ort.InferenceSession):
         run = local_runner(run)
-    result = ShapeCheck(dict(sizes), example=feeds is not None, runtime=runtime)
-    feeds = make_inputs(inputs, sizes, seed=seed) if feeds is None else feeds
-    with torch.no_grad():
-        expected = [t.detach().cpu().numpy() for t in flatten(reference(*feeds.values()))]
+    result = ShapeCheck(dict(case.sizes), example=case.example, runtime=runtime)
+    sizes, expected = case.sizes, case.expected
     try:
-        by_name = run({k: v.numpy() for k, v in feeds.items()})
+        by_name = run({k: v.numpy() for k, v in case.feeds.items()})
     except Exception as exc:
         result.error = f"{runtime or 'ONNX Runtime'} run failed: {str(exc).splitlines()[0]}"
         return result
@@ -139,7 +165,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
            inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
            example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
            raise_on_failure: bool = True, examples=None, runtimes=(),
-           ort_session: Optional[ort.InferenceSession] = None) -> List[ShapeCheck]:
+           ort_session: Optional[ort.InferenceSession] = None, cases: Optional[List[Case]] = None) -> List[ShapeCheck]:
     """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
 
     ``sizes``: the named dim sizes to run at (default: three shapes around
@@ -150,26 +176,30 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     checks follow this process's, marked with the runtime. Raises
     ``VerificationError`` naming the output, the shape and the runtime on the
     first failure unless ``raise_on_failure=False``. ``ort_session``: an ONNX Runtime
-    session already made from ``onnx_model`` to run the checks in.
+    session already made from ``onnx_model`` to run the checks in. ``cases``: the
+    ``reference_cases`` already computed (else they are, while ONNX Runtime loads the model).
     """
-    checked = check_examples(inputs, examples)
     others = as_runtimes(runtimes)
-    try:
-        if ort_session is None:  # a session given has loaded the graph already
-            onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
-                                     full_check=True)
-        sess = ort_session if ort_session is not None else session(onnx_model)
-    except Exception as exc:
-        raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
-    if sizes is None:
-        sizes = verification_sizes(inputs, example or dim_sizes(inputs))
-    with preserved(model):  # eval mode; flags, attributes and buffers as before afterwards
-        reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
-        results = [check_at(sess, reference, inputs, outputs, s, seed + k, atol, rtol) for k, s in enumerate(sizes)]
-        results += [check_at(sess, reference, inputs, outputs, example_sizes(inputs, feeds), seed, atol, rtol, feeds)
-                    for feeds in checked]
-        if others:
-            results += _in_runtimes(onnx_model, others, reference, inputs, outputs, sizes, checked, seed, atol, rtol)
+    check_examples(inputs, examples)  # a malformed example is the error, before anything loads
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        if cases is None:
+            pending = pool.submit(reference_cases, model, inputs, outputs, sizes=sizes, example=example, seed=seed,
+                                  examples=examples)
+        try:
+            if ort_session is None:  # a session given has loaded the graph already
+                onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
+                                         full_check=True)
+            sess = ort_session if ort_session is not None else session(onnx_model)
+        except Exception as exc:
+            if pending is not None:
+                pending.cancel()
+            raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
+        if pending is not None:
+            cases = pending.result()
+    results = [check_at(sess, case, outputs, atol, rtol) for case in cases]
+    if others:
+        results += _in_runtimes(onnx_model, others, cases, outputs, atol, rtol)
     if raise_on_failure:
         for r in results:
             if not r.ok:
@@ -180,7 +210,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     return results
 
 
-def _in_runtimes(onnx_model, others, reference, inputs, outputs, sizes, checked, seed, atol, rtol) -> List[ShapeCheck]:
+def _in_runtimes(onnx_model, others, cases: List[Case], outputs, atol, rtol) -> List[ShapeCheck]:
     """The same checks in each other runtime, which loads the model from a file as a deployment does."""
     results = []
     with tempfile.TemporaryDirectory(prefix="onnx_compat_verify_") as folder:
@@ -191,8 +221,5 @@ def _in_runtimes(onnx_model, others, reference, inputs, outputs, sizes, checked,
         for rt in others:
             def run(feeds, rt=rt):
                 return rt.run(os.fspath(path), feeds)
-            results += [check_at(run, reference, inputs, outputs, s, seed + k, atol, rtol, runtime=rt.name)
-                        for k, s in enumerate(sizes)]
-            results += [check_at(run, reference, inputs, outputs, example_sizes(inputs, feeds), seed, atol, rtol,
-                                 feeds, runtime=rt.name) for feeds in checked]
+            results += [check_at(run, case, outputs, atol, rtol, runtime=rt.name) for case in cases]
     return results
