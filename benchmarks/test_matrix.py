@@ -145,6 +145,10 @@ def main() -> int:
     for venv in args.venvs:
         rows.append(run_venv(venv))
         print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+        print(details(rows[-1:]), file=sys.stderr, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
     rows.sort(key=lambda r: [int(x) for x in re.findall(r"\d+", r.get("versions", {}).get("torch") or "0")[:3]])
     text = table(rows)
     print(text)

@@ -145,16 +145,17 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                                                    capture=seen.capture if seen else [], culprit=pointed))
                     # what this attempt left on the report belongs to it, not to the next one
                     report.warnings, report.repairs, report.nodes_before_cleanup = {"baked": [], "other": []}, [], None
-                    if len(order) == 1:
+                    if exporter != "auto":
                         raise ExportError(f"{name} export failed: {error}" + (f"\n{pointed}" if pointed else "")) from exc
             if proto is None:
-                raise ExportError("no exporter produced a verified model: " +
+                raise ExportError("no exporter produced a verified model" + _only_torchscript() + ": " +
                                   "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
                                   "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit))
         report.exporter = name
         report.why = ("requested" if exporter != "auto" else
                       "dynamo exported and verified" if name == "dynamo" else
-                      "fallback: dynamo did not export or verify")
+                      "fallback: dynamo did not export or verify" if exporters.HAS_DYNAMO else
+                      "the only exporter" + _only_torchscript())
         if results is not None:
             report.verification = [r.to_dict() for r in results]
             report.max_abs_err = max((o.max_abs_err for r in results for o in r.outputs), default=0.0)
@@ -181,6 +182,10 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
             report.external_data = os.path.basename(written) + ".data"
     report.timings["total"] = time.perf_counter() - t_start
     return report
+
+
+def _only_torchscript() -> str:
+    return "" if exporters.HAS_DYNAMO else f" (torch {torch.__version__} has no dynamo exporter: TorchScript only)"
 
 
 _LOCATION = re.compile(r"\(([^()]+:\d+)\)$")

@@ -176,7 +176,7 @@ def _resolve(target: str, load: bool = True):
     else:
         try:
             owner = importlib.import_module(module_name)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - absent, or a library that does not import with this torch
             return None
     *parents, attr = path.split(".")
     for part in parents:

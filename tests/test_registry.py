@@ -17,10 +17,12 @@ from helpers import auto_pads, export, vanilla_string_padding_failure
 
 
 def _snapshot():
-    """Every registered target's current object."""
+    """The current object of every target of the patches usable here (patched() applies those)."""
     registry._load_families()
     out = {}
     for patch in registry._REGISTRY.values():
+        if patch.unavailable() is not None:
+            continue
         for target in patch.targets:
             found = registry._resolve(target)
             if found:

@@ -93,7 +93,9 @@ def test_a_116_target_writes_opset_19_and_ir_9(exporter, tmp_path):
     report = onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"],
                                 exporter=exporter, target="onnxruntime==1.16")
     written = onnx.load(str(tmp_path / "m.onnx"))
-    assert report.opset["ai.onnx"] == 19 and written.ir_version == 9 == report.ir_version
+    # 19, or less where this torch's exporter writes no newer opset (2.1's TorchScript: 17)
+    assert report.opset["ai.onnx"] == targets.opset_for(exporter, None, targets.parse_target("onnxruntime==1.16"))
+    assert report.opset["ai.onnx"] <= 19 and written.ir_version <= 9 and written.ir_version == report.ir_version
     assert report.target == "onnxruntime==1.16.3 (opset <= 19, IR <= 9)"
     assert all(c["ok"] for c in report.verification)
 
@@ -126,7 +128,11 @@ def test_bundled_models_for_a_116_target_load_and_verify_in_onnxruntime_116(fact
 def test_without_a_target_the_default_export_does_not_load_in_116(tmp_path):
     """Why targets exist: the default opset 20 export fails in 1.16, and verify() says where."""
     job = conformer.tiny()
-    onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter="torchscript")
+    report = onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"],
+                                exporter="torchscript")
+    if report.opset["ai.onnx"] <= 19:
+        pytest.skip(f"torch {torch.__version__}'s TorchScript exporter writes opset {report.opset['ai.onnx']} by "
+                    "default, which onnxruntime 1.16 loads")
     with pytest.raises(onnx_compat.VerificationError, match=r"in onnxruntime 1.16.3 .*run failed"):
         onnx_compat.verify(str(tmp_path / "m.onnx"), job["model"], job["inputs"], job["outputs"], runtimes=[ORT116])
 

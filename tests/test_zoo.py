@@ -56,6 +56,13 @@ TORCHSCRIPT_LIMITS = {
 RASR_FITS = {"onnx_compat Conformer (tiny)", "onnx_compat conv demo", "onnx_compat BLSTM"}
 
 
+def _job(name):
+    """The zoo entry built, or a skip where this torch cannot run it (transformers 5 needs torch >= 2.6)."""
+    if name.startswith("transformers") and not transformers.utils.is_torch_available():
+        pytest.skip(f"transformers {transformers.__version__} turns its PyTorch models off with torch {torch.__version__}")
+    return ZOO[name]()
+
+
 def test_every_zoo_model_has_an_expectation():
     assert set(EXPECTED) == set(ZOO)
 
@@ -65,7 +72,7 @@ def test_every_zoo_model_has_an_expectation():
 def test_vanilla_outcome_is_as_recorded(name, exporter):
     if exporter == "dynamo" and not HAS_DYNAMO:
         pytest.skip("no dynamo exporter in this torch")
-    job = ZOO[name]()
+    job = _job(name)
     outcome = vanilla_export(job["model"], job["inputs"], job["outputs"], exporter)
     expected = EXPECTED[name][0 if exporter == "torchscript" else 1]
     assert outcome.stage == expected, str(outcome)
@@ -76,12 +83,12 @@ def test_vanilla_outcome_is_as_recorded(name, exporter):
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_onnx_compat_exports_and_verifies(name, tmp_path):
-    job = ZOO[name]()
+    job = _job(name)
     model = job["model"]
     before = {k: v.clone() for k, v in model.state_dict().items()}
     path = str(tmp_path / "model.onnx")
     report = export(model, path, job["inputs"], job["outputs"], exporter="auto", cleanup=True)
-    assert report.exporter == EXPECTED[name][2], report.summary()
+    assert report.exporter == (EXPECTED[name][2] if HAS_DYNAMO else "torchscript"), report.summary()
     assert report.nodes <= report.nodes_before_cleanup  # cleanup kept numbers and dims (verified after it)
     assert len(report.verification) == 3 and all(c["ok"] for c in report.verification)
     assert {c["sizes"]["batch"] for c in report.verification} >= {1}
@@ -98,7 +105,7 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
 @pytest.mark.parametrize("name", list(ZOO))
 def test_onnx_compat_torchscript_exports_and_verifies(name, tmp_path):
     """The other exporter, with its default cleanup: every zoo model works there too."""
-    job = ZOO[name]()
+    job = _job(name)
     if name in TORCHSCRIPT_LIMITS:
         with pytest.raises(ExportError, match=TORCHSCRIPT_LIMITS[name]):
             export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter="torchscript")
@@ -113,7 +120,7 @@ def test_onnx_compat_torchscript_exports_and_verifies(name, tmp_path):
 def test_clap_assigns_window_size_and_is_left_as_it_was(first, tmp_path):
     """transformers' CLAP audio layers assign window_size in forward (a Tensor while tracing): the
     model must come back as it was, so a second export in the same process sees the same model."""
-    job = ZOO["transformers ClapAudioModel"]()
+    job = _job("transformers ClapAudioModel")
     layers = [m for m in job["model"].modules() if type(m).__name__ == "ClapAudioLayer"]
     before = [(m.window_size, m.shift_size) for m in layers]
     for i, exporter in enumerate([first] + [e for e in EXPORTERS if e != first]):
@@ -126,7 +133,7 @@ def test_clap_assigns_window_size_and_is_left_as_it_was(first, tmp_path):
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_lucidrains_conformer_is_unchanged_by_the_patches(exporter):
     """The control: no string padding, no SDPA, so patched and vanilla graphs hold the same ops."""
-    job = ZOO["lucidrains conformer.Conformer"]()
+    job = _job("lucidrains conformer.Conformer")
     ops = [Counter(n.op_type for n in export_proto(job["model"], job["inputs"], job["outputs"], exporter,
                                                     patches=p).graph.node) for p in (False, True)]
     assert ops[0] == ops[1] and sum(ops[0].values()) > 50
