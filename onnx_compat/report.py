@@ -60,7 +60,7 @@ class Report:
 
         lines = [
             f"exporter    {self.exporter} ({self.why})",
-            f"written     {self.path}",
+            f"written     {self.path}" + (f" (weights in {self.external_data} beside it)" if self.external_data else ""),
             f"inputs      {io(self.inputs)}",
             f"outputs     {io(self.outputs)}",
             f"graph       {self.nodes} nodes"

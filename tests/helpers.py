@@ -9,6 +9,8 @@ import torch
 from onnx_compat.exporters import HAS_DYNAMO, bare_export
 
 EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
+# ONNX Runtime's basic optimiser fuses a Pad into the Conv after it from 1.17 on (1.16.3 keeps the Pad)
+PAD_FUSION = tuple(int(x) for x in ort.__version__.split(".")[:2]) >= (1, 17)
 
 
 def export(model, args, exporter, dynamic, names=None):
@@ -63,7 +65,8 @@ def vanilla_string_padding_failure(model, args, dynamic):
 
 def vanilla_failure(check, expected):
     """Assert that ``check()`` (an unpatched export and its comparison with eager) fails, and how:
-    ``expected`` is in the error text, prefixed "mismatch: " for wrong numbers."""
+    ``expected`` (or one of a tuple of texts: older releases fail earlier) is in the error text,
+    prefixed "mismatch: " for wrong numbers."""
     try:
         check()
     except AssertionError as exc:
@@ -72,4 +75,4 @@ def vanilla_failure(check, expected):
         message = str(exc)
     else:
         pytest.fail("the unpatched export worked; the patch is not needed here")
-    assert expected in message, message[:500]
+    assert any(text in message for text in ((expected,) if isinstance(expected, str) else expected)), message[:500]

@@ -11,7 +11,7 @@ import onnx_compat
 from onnx_compat import Dim, ExportError, SpecError, TensorSpec, check_rasr, exporters
 from onnx_compat.models import conv_demo
 
-from helpers import EXPORTERS
+from helpers import EXPORTERS, PAD_FUSION
 from models import NamedArgs, Subsample, mask_of, named_specs, subsample_specs
 
 
@@ -155,8 +155,9 @@ def test_torchscript_export_keeps_every_training_flag_and_parameter(tmp_path):
     assert [m.training for m in model.modules()] == flags
     assert all(p is params[n][0] and torch.equal(p, params[n][1]) for n, p in model.named_parameters())
     # the vanilla exporter does not do this: it ends with model.train(root_flag)
-    torch.onnx.export(model, (torch.randn(2, 9, 6), torch.tensor([9, 5])), str(tmp_path / "v.onnx"),
-                      **exporters._TORCHSCRIPT)
+    with onnx_compat.patched(only=["conv_padding"]):  # torch 2.0 cannot export string padding without it
+        torch.onnx.export(model, (torch.randn(2, 9, 6), torch.tensor([9, 5])), str(tmp_path / "v.onnx"),
+                          **exporters._TORCHSCRIPT)
     assert [m.training for m in model.modules()] != flags
 
 
@@ -337,7 +338,7 @@ def test_the_torchscript_pipeline_runs_and_cleans_without_onnxscript(tmp_path, m
     job = conv_demo.build_hard()
     report = onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"],
                                 exporter="torchscript")
-    assert report.nodes < report.nodes_before_cleanup and "Pad" not in report.ops
+    assert report.nodes < report.nodes_before_cleanup and ("Pad" not in report.ops or not PAD_FUSION)
     assert all(c["ok"] for c in report.verification)
 
 

@@ -49,7 +49,7 @@ def test_weights_are_written_beside_the_model_and_load_from_its_path(spill, expo
     path = str(tmp_path / "big.onnx")
     report = onnx_compat.export(model, path, *SPECS, exporter=exporter)
     assert sorted(os.listdir(tmp_path)) == ["big.onnx", "big.onnx.data"]  # no temporary folder left
-    assert report.external_data == "big.onnx.data"
+    assert report.external_data == "big.onnx.data" and "weights in big.onnx.data beside it" in report.summary()
     graph = onnx.load(path, load_external_data=False)
     places = {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"}
     assert places == {"big.onnx.data"}

@@ -35,6 +35,7 @@ Four patches, each for a failure measured on torch 2.13 (export facts §3):
 """
 from __future__ import annotations
 
+import importlib
 import math
 
 import torch
@@ -108,11 +109,25 @@ def math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
     return torch.matmul(weights, value)
 
 
+def _torchscript_writes_sdpa() -> bool:
+    """Whether this torch's TorchScript exporter has a symbolic for SDPA (torch 2.0 has none)."""
+    for where in ("torch.onnx._internal.torchscript_exporter.symbolic_opset14", "torch.onnx.symbolic_opset14"):
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            continue
+        return hasattr(module, "scaled_dot_product_attention")
+    return False
+
+
+_TORCHSCRIPT_SDPA = _torchscript_writes_sdpa()
+
+
 def sdpa_wrapper(wrapped, instance, args, kwargs):
     b = _bind_sdpa(args, kwargs)
     if b is None or (b["is_causal"] and b["attn_mask"] is not None):
         return wrapped(*args, **kwargs)  # let PyTorch raise its own error
-    if flags.torchscript_exporting() and not b["enable_gqa"]:
+    if flags.torchscript_exporting() and not b["enable_gqa"] and _TORCHSCRIPT_SDPA:
         return wrapped(*args, **kwargs)  # the TorchScript exporter's own SDPA is right; keep its graph
     return math_attention(**b)
 

@@ -78,14 +78,19 @@ SUPPORTED = hasattr(torch.library, "custom_op") and "custom_translation_table" i
 _custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
 
 
-@_custom_op("onnx_compat::rnn", mutates_args=())
+# The schemas are spelled out: torch 2.6 cannot read the string annotations of this module.
+@_custom_op("onnx_compat::rnn", mutates_args=(),
+            schema="(Tensor x, Tensor[] hx, Tensor[] params, str mode, int num_layers, bool bidirectional, "
+                   "bool batch_first, bool has_biases) -> (Tensor, Tensor, Tensor)")
 def rnn_op(x: Tensor, hx: List[Tensor], params: List[Tensor], mode: str, num_layers: int, bidirectional: bool,
            batch_first: bool, has_biases: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """``nn.LSTM``/``nn.GRU`` (``mode``) over a padded batch, as one op."""
     return _run_eager(x, None, hx, params, mode, num_layers, bidirectional, batch_first, has_biases)
 
 
-@_custom_op("onnx_compat::rnn_packed", mutates_args=())
+@_custom_op("onnx_compat::rnn_packed", mutates_args=(),
+            schema="(Tensor x, Tensor lengths, Tensor[] hx, Tensor[] params, str mode, int num_layers, "
+                   "bool bidirectional, bool batch_first, bool has_biases) -> (Tensor, Tensor, Tensor)")
 def rnn_packed_op(x: Tensor, lengths: Tensor, hx: List[Tensor], params: List[Tensor], mode: str, num_layers: int,
                   bidirectional: bool, batch_first: bool, has_biases: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """As ``rnn``, over sequences of ``lengths`` (what packing computes)."""
@@ -123,11 +128,30 @@ def _bind(fn, args, kwargs):
     return inspect.signature(fn).bind(*args, **kwargs).arguments
 
 
+# Below this release the TorchScript exporter freezes the batch into the zero initial state of an LSTM/GRU
+# over a PackedSequence (``int(batch_sizes[0])``; ONNX Runtime: "Input initial_h must have shape {2,1,32}")
+TORCHSCRIPT_PACKED_BATCH = "2.1"
+
+
+def _packed_initial_state(wrapped, args, kwargs, instance):
+    """The zero initial state given explicitly, its batch taken from the packing's index tensor."""
+    bound = _bind(wrapped, args, kwargs)
+    data = bound.get("input")
+    if not isinstance(data, PackedSequence) or bound.get("hx") is not None or data.sorted_indices is None:
+        return wrapped(*args, **kwargs)
+    layers = instance.num_layers * (2 if instance.bidirectional else 1)
+    batch = torch.zeros_like(data.sorted_indices, dtype=data.data.dtype)  # [B], B a traced size
+    zeros = batch[None, :, None].expand(layers, -1, instance.hidden_size)
+    return wrapped(data, (zeros, zeros) if isinstance(instance, torch.nn.LSTM) else zeros)
+
+
 def rnn_forward(wrapped, instance, args, kwargs):
     """``LSTM.forward``/``GRU.forward`` through the custom op."""
     mode = "LSTM" if isinstance(instance, torch.nn.LSTM) else "GRU"
     projected = getattr(instance, "proj_size", 0) > 0
     if not projected and not flags.dynamo_exporting():
+        if not flags.torch_at_least(TORCHSCRIPT_PACKED_BATCH):
+            return _packed_initial_state(wrapped, args, kwargs, instance)
         return wrapped(*args, **kwargs)  # the TorchScript exporter writes LSTM/GRU right itself
     bound = _bind(wrapped, args, kwargs)
     data, hx = bound.get("input"), bound.get("hx")
@@ -248,13 +272,12 @@ register(Patch(
     name="rnn_dynamic_time",
     description="nn.LSTM/nn.GRU export with a dynamic time dim under dynamo (one ONNX LSTM/GRU per layer "
                 "instead of T unrolled steps; repeated exports work); LSTM(proj_size) under both exporters "
-                "(ONNX Scan/Loop over time)",
+                "(ONNX Scan/Loop over time); packed input keeps its batch under torch 2.0's TorchScript",
     targets=("torch.nn.modules.rnn:LSTM.forward", "torch.nn.modules.rnn:GRU.forward"),
     wrapper=rnn_forward,
     when="export",
     aliases=False,
-    requires=("onnx_translations",),
-    min_torch=flags.DYNAMO_SINCE,
+    requires=("onnx_translations",) if SUPPORTED else (),  # the translations serve its dynamo path
 ))
 register(Patch(
     name="packed_sequences",
