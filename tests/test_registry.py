@@ -273,3 +273,58 @@ def test_every_patch_says_what_it_fixes():
         readme = f.read()
     for name in onnx_compat.available_patches():
         assert f"`{name}`" in readme, name
+
+
+@pytest.fixture
+def scratch():
+    """A module-level function and patches on it, removed afterwards."""
+    module = types.ModuleType("onnx_compat_scratch_target")
+    module.double = lambda x: x * 2
+    sys.modules[module.__name__] = module
+    names = []
+
+    def add(**kwargs):
+        patch = Patch(targets=(f"{module.__name__}:double",), wrapper=lambda w, i, a, k: w(*a, **k) + 1,
+                      description="x", **kwargs)
+        registry.register(patch)
+        names.append(patch.name)
+        return patch
+    yield module, add
+    for name in names:
+        registry._REGISTRY.pop(name, None)
+    del sys.modules[module.__name__]
+
+
+def test_a_patch_for_a_newer_torch_names_the_release_and_cannot_be_chosen(scratch):
+    _, add = scratch
+    add(name="from_the_future", min_torch="99.0")
+    assert "from_the_future" not in onnx_compat.available_patches()
+    reason = onnx_compat.unavailable_patches()["from_the_future"]
+    assert reason == f"needs torch >= 99.0 (this is {torch.__version__})"
+    with pytest.raises(RuntimeError, match=r"patch 'from_the_future' is not available here: needs torch >= 99\.0"):
+        with onnx_compat.patched(only=["from_the_future"]):
+            pass
+
+
+def test_a_patch_steps_aside_where_torch_does_it_right(scratch):
+    """native={exporter: release}: from that release on, the wrapper is not called under that exporter."""
+    module, add = scratch
+    add(name="fixed_long_ago", native={"torchscript": "2.0"}, when="export")
+    seen = []
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            seen.append(module.double(3))
+            return x * 2
+
+    with onnx_compat.patched(only=["fixed_long_ago"]):
+        export(M(), (torch.randn(2, 3),), "torchscript", {0: {0: "batch"}})
+    assert seen == [6]  # the original ran: torch >= 2.0 does it right
+    assert registry.steps_aside("fixed_long_ago", "torchscript") and not registry.steps_aside("fixed_long_ago", "dynamo")
+    registry._REGISTRY.pop("fixed_long_ago")  # one patch per target
+    add(name="fixed_in_the_future", native={"torchscript": "99.0"}, when="export")
+    with onnx_compat.patched(only=["fixed_in_the_future"]):
+        export(M(), (torch.randn(2, 3),), "torchscript", {0: {0: "batch"}})
+    assert seen == [6, 7]  # not yet: the wrapper ran
+    with pytest.raises(ValueError, match="native= takes exporters"):
+        Patch(name="bad_native", targets=(), wrapper=lambda w, i, a, k: None, description="x", native={"tvm": "2.0"})
