@@ -37,7 +37,7 @@ $(MVENV)/%/.installed: constraints/torch-%.txt constraints/tools.txt setup.py
 # The whole suite on every version, then the bundled Conformer and BLSTM through export(exporter="auto");
 # prints the README's support table (--write README.md replaces it there).
 test-matrix: $(STAMP) $(MATRIX:%=$(MVENV)/%/.installed)
-	$(PY) benchmarks/test_matrix.py $(MATRIX_ARGS) .venv $(MATRIX:%=$(MVENV)/%)
+	$(PY) benchmarks/support_matrix.py $(MATRIX_ARGS) .venv $(MATRIX:%=$(MVENV)/%)
 
 # torch 2.0.1 alone, the fast subset (conv, registry, ops, spectral).
 test-torch20: $(MVENV)/2.0.1/.installed

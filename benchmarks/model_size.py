@@ -21,14 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 
-SIZES = {"10M": (1024, 9), "100M": (2048, 23), "600M": (4096, 35)}  # (width, Linear layers) after a Conv1d(k=3)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from readme_block import write_marked  # noqa: E402
+
+SIZES = {"tiny": (64, 2), "10M": (1024, 9), "100M": (2048, 23), "600M": (4096, 35)}  # (width, Linear layers) after a Conv1d(k=3)
 
 
 def build(size: str):
@@ -146,11 +148,7 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     if args.write:
-        with open(args.write) as f:
-            readme = f.read()
-        block = re.compile(r"(<!-- model-size -->\n).*?(\n<!-- /model-size -->)", re.S)
-        with open(args.write, "w") as f:
-            f.write(block.sub(lambda m: m.group(1) + text + m.group(2), readme))
+        write_marked(args.write, text, "model-size")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import tempfile
 import time
 
@@ -20,6 +21,9 @@ import torch
 from onnx_compat import check_rasr, export
 from onnx_compat.models.zoo import ZOO
 from onnx_compat.vanilla import vanilla_export
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from readme_block import write_block  # noqa: E402
 
 BEGIN, END = "<!-- zoo:begin -->", "<!-- zoo:end -->"
 
@@ -56,14 +60,7 @@ def machine() -> str:
 
 
 def write_into(readme: str, text: str) -> None:
-    with open(readme, encoding="utf-8") as f:
-        content = f.read()
-    if BEGIN not in content or END not in content:
-        raise SystemExit(f"{readme} has no {BEGIN} ... {END} block to replace")
-    head, rest = content.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    with open(readme, "w", encoding="utf-8") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
+    write_block(readme, text, BEGIN, END)
 
 
 def main(argv=None):

@@ -75,3 +75,22 @@ def test_deploy_table_smoke(capsys):
     assert opset == expected <= 19 and ir <= 9
     out = capsys.readouterr().out
     assert "left out: runtime interpreter '/nonexistent/python' cannot be started" in out and "| BLSTM |" in out
+
+
+def test_model_size_smoke():
+    import model_size
+    row = model_size.measure("tiny", "torchscript", "pipeline")
+    assert row["files"] == ["model.onnx"] and row["max_abs_err"] < 1e-4 and row["peak_rss"] > row["weights"] > 0
+    text = model_size.table([model_size.measure("tiny", "torchscript", "bare"), row])
+    assert "| torchscript |" in text and "x |" in text
+
+
+def test_matrix_table_from_a_run():
+    import support_matrix as test_matrix
+    rows = [{"venv": "v", "versions": {"torch": "2.1.2", "onnx": "1.16.2", "onnxruntime": "1.19.2", "numpy": "1.26.4"},
+             "exporters": ["torchscript"], "available": ["conv_padding"], "unavailable": {"rms_norm": "lacks it"},
+             "bundled": {n: {"exporter": "torchscript", "shapes": 3, "max_abs_err": 1e-6} for n in test_matrix.BUNDLED},
+             "tests": {"counts": {"passed": 3, "skipped": 1}, "skips": {"no dynamo": 1}, "failures": [], "seconds": 1}}]
+    assert "| 2.1.2 | 1.16.2 / 1.19.2 / - / 1.26.4 | torchscript | 1 (1) | 3 / 1 / 0 | torchscript, 3 shapes" in \
+        test_matrix.table(rows)
+    assert "patch rms_norm unavailable: lacks it" in test_matrix.details(rows)

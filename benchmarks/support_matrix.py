@@ -1,7 +1,7 @@
 """The support matrix: the whole test suite, and the bundled Conformer and BLSTM through
 ``export(exporter="auto")``, in one venv per torch version (``make test-matrix``).
 
-    .venv/bin/python benchmarks/test_matrix.py [--write README.md] VENV [VENV ...]
+    .venv/bin/python benchmarks/support_matrix.py [--write README.md] VENV [VENV ...]
 
 Each venv runs ``pytest -n 2 tests`` on its own; skips are grouped by reason.
 The table goes to stdout (and between the README's ``<!-- test-matrix -->``
@@ -18,6 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from readme_block import write_marked  # noqa: E402
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,11 +160,7 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     if args.write:
-        with open(args.write) as f:
-            readme = f.read()
-        block = re.compile(r"(<!-- test-matrix -->\n).*?(\n<!-- /test-matrix -->)", re.S)
-        with open(args.write, "w") as f:
-            f.write(block.sub(lambda m: m.group(1) + text + m.group(2), readme))
+        write_marked(args.write, text, "test-matrix")
     failed = sum(r["tests"].get("counts", {}).get("failed", 0) + ("error" in r["tests"]) for r in rows)
     return 1 if failed else 0
 
