@@ -1,7 +1,7 @@
 """The support matrix: the whole test suite, and the bundled Conformer and BLSTM through
 ``export(exporter="auto")``, in one venv per torch version (``make test-matrix``).
 
-    .venv/bin/python benchmarks/support_matrix.py [--write README.md] VENV [VENV ...]
+    .venv/bin/python benchmarks/support_matrix.py [--write README.md] [--json OUT] [--from-json IN ...] VENV ...
 
 Each venv runs ``pytest -n 2 tests`` on its own; skips are grouped by reason.
 The table goes to stdout (and between the README's ``<!-- test-matrix -->``
@@ -140,11 +140,16 @@ def main() -> int:
         print(json.dumps(_check()))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("venvs", nargs="+")
+    ap.add_argument("venvs", nargs="*")
+    ap.add_argument("--from-json", nargs="+", default=[],
+                    help="rows saved by earlier runs (--json), merged with this run's; the latest per torch wins")
     ap.add_argument("--write", help="replace the README's support table")
     ap.add_argument("--json", help="also save the raw rows here")
     args = ap.parse_args()
     rows = []
+    for saved in args.from_json:
+        with open(saved) as f:
+            rows += json.load(f)
     for venv in args.venvs:
         rows.append(run_venv(venv))
         print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
@@ -152,6 +157,8 @@ def main() -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
+    latest = {r.get("versions", {}).get("torch") or r["venv"]: r for r in rows}
+    rows = list(latest.values())
     rows.sort(key=lambda r: [int(x) for x in re.findall(r"\d+", r.get("versions", {}).get("torch") or "0")[:3]])
     text = table(rows)
     print(text)

@@ -22,6 +22,7 @@ from . import flags
 from .registry import patched
 from .safety import preserved
 from .spec import Dim, TensorSpec, size_name
+from .graph import all_nodes
 from .weights import WeightsFolder
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -291,8 +292,26 @@ def _dynamo(model, args, inputs, outputs, opset, captured: Optional[Captured] = 
         written = weights.step_path("dynamo")
         program.save(written, external_data=True)
         proto = weights.adopt(written, "dynamo")
+    _restore_input_names(proto, names)
     _name_dims(proto, inputs, outputs)
     return proto
+
+
+def _restore_input_names(proto: onnx.ModelProto, names: Sequence[str]) -> None:
+    """torch 2.8's dynamo exporter names an input that the model returns unchanged (lengths passed
+    through) after the output: the input gets its declared name back, the output an Identity of it."""
+    taken = {v.name for v in proto.graph.input}
+    for value, want in zip(proto.graph.input, names):
+        have = value.name
+        if have == want or want in taken:
+            continue
+        value.name = want
+        for node in all_nodes(proto):
+            for i, name in enumerate(node.input):
+                if name == have:
+                    node.input[i] = want
+        if any(o.name == have for o in proto.graph.output):
+            proto.graph.node.insert(0, onnx.helper.make_node("Identity", [want], [have], name=f"{have}_passthrough"))
 
 
 _FAILED_NODE = re.compile(r"Error when translating node %(\w+)")

@@ -186,9 +186,15 @@ class DataDependent(nn.Module):
 @pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
 def test_auto_falls_back_to_torchscript_and_says_why(tmp_path):
     report = onnx_compat.export(DataDependent(), str(tmp_path / "d.onnx"), *_io(out_lengths=()), exporter="auto")
+    _skip_if_dynamo_took_the_branch(report)
     assert report.exporter == "torchscript" and "fallback" in report.why
     failed = [a for a in report.attempts if not a.ok]
     assert [a.exporter for a in failed] == ["dynamo"] and "data-dependent" in failed[0].error
+
+
+def _skip_if_dynamo_took_the_branch(report):
+    if report.exporter == "dynamo":  # torch 2.8: torch.onnx's retry exports the branch the example took
+        pytest.skip(f"torch {torch.__version__}'s dynamo exporter exports DataDependent's branch (and it verifies)")
 
 
 class BakesTime(nn.Module):
@@ -201,7 +207,8 @@ def test_a_dynamic_dim_that_comes_back_static_is_an_error(tmp_path):
     batch, time = Dim("batch"), Dim("time")
     inputs = [TensorSpec("data", [batch, time, 3])]
     outputs = [TensorSpec("output", [batch, time, 3])]
-    with pytest.raises(ExportError, match=r"'data' dim 1 \('time'\) was requested dynamic but is 37"):
+    # torch.export names the input (2.13, 2.15); torch 2.8 exports a static graph, whose output the dims check names
+    with pytest.raises(ExportError, match=r"'(data|output)' dim 1 \('time'\) was requested dynamic but is 37"):
         onnx_compat.export(BakesTime(), str(tmp_path / "x.onnx"), inputs, outputs, exporter="dynamo")
 
 
@@ -242,6 +249,7 @@ def test_a_failed_attempt_keeps_its_own_warnings(tmp_path):
             return super().forward(*args)
 
     report = onnx_compat.export(Noting(), str(tmp_path / "d.onnx"), *_io(out_lengths=()), exporter="auto")
+    _skip_if_dynamo_took_the_branch(report)
     failed = [a for a in report.attempts if not a.ok]
     assert failed and any("a note from the model" in w for w in failed[0].warnings["other"])
     assert any("a note from the model" in w for w in report.warnings["other"])  # the used attempt's own
@@ -319,12 +327,14 @@ def test_opset_is_a_promise(tmp_path):
     job = conformer.tiny()
     path = str(tmp_path / "c.onnx")
     report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="auto", opset=17)
-    assert [(a.exporter, a.error) for a in report.attempts] == [
-        ("dynamo", "ExportError: dynamo wrote opset 18, not the requested opset 17"), ("torchscript", None)]
+    # torch 2.13 writes 18 anyway and says so in a log line only; 2.8 fails to translate a size op at 17
+    refused = ("ExportError: dynamo wrote opset 18, not the requested opset 17", "No ONNX function found for")
+    assert [a.exporter for a in report.attempts] == ["dynamo", "torchscript"] and report.attempts[1].error is None
+    assert report.attempts[0].error.startswith(refused) or refused[1] in report.attempts[0].error
     written = onnx.load(path)
     assert report.opset["ai.onnx"] == 17 and report.ir_version == written.ir_version == 8
     assert [i.version for i in written.opset_import if i.domain in ("", "ai.onnx")] == [17]
-    with pytest.raises(ExportError, match="dynamo wrote opset 18, not the requested opset 17"):
+    with pytest.raises(ExportError, match="dynamo wrote opset 18, not the requested opset 17|No ONNX function found"):
         onnx_compat.export(job["model"], str(tmp_path / "d.onnx"), job["inputs"], job["outputs"], exporter="dynamo",
                            opset=17)
     assert not (tmp_path / "d.onnx").exists()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import onnx_compat
-from onnx_compat import registry
+from onnx_compat import flags, registry
 from onnx_compat.registry import Patch
 
 from helpers import EXPORTERS, export, run, vanilla_failure
@@ -86,9 +86,18 @@ def _check(proto, model, name):
         np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)
 
 
+def _skip_mixed_pads(exporter):
+    """Measured by make test-matrix: torch 2.8 (onnxscript 0.4) cannot translate aten.pad([2, s]), a static and
+    a symbolic amount ("Could not determine the dtype for the input 'inputs'"); 2.13 and 2.15 can."""
+    if exporter == "dynamo" and not flags.torch_at_least("2.13"):
+        pytest.skip(f"torch {torch.__version__}'s dynamo exporter cannot translate F.pad with a static and a "
+                    "symbolic amount")
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_patched_helpers_keep_sizes_dynamic(name, exporter):
+    _skip_mixed_pads(exporter)
     model = _build(name)
     with onnx_compat.patched():
         proto = _export(model, name, exporter)
@@ -99,6 +108,7 @@ def test_patched_helpers_keep_sizes_dynamic(name, exporter):
 def test_vanilla_helpers_fail_as_recorded(name, exporter):
     if exporter not in EXPORTERS:
         pytest.skip("no dynamo exporter in this torch")
+    _skip_mixed_pads(exporter)
     model = _build(name)
     vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), VANILLA[name, exporter])
 
