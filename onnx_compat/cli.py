@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")
     e.add_argument("--examples", help="real inputs: FILE.npz (one example) or FILE.pt (a dict or list of dicts)")
     e.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
+    e.add_argument("--external-data", action="store_true", default=None,
+                   help="weights in OUT.data beside the graph (automatic from 1 GiB of weights; less memory)")
     e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER",
                    help="verify in another ONNX Runtime too: a venv's python, or node:FOLDER with onnxruntime-node")
 
@@ -171,7 +173,7 @@ def run(argv: Optional[List[str]] = None) -> int:
                         sizes=_pairs(args.size, "--size", int), metadata=_pairs(args.metadata, "--metadata"),
                         opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
                         strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples,
-                        target=args.target, runtimes=args.runtime or ())
+                        target=args.target, runtimes=args.runtime or (), external_data=args.external_data)
         if args.json:
             report.to_json(args.json)
         print(report.summary())

@@ -48,7 +48,8 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
            sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
            strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
            opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
-           cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=()) -> Report:
+           cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=(),
+           external_data: Optional[bool] = None) -> Report:
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
@@ -65,7 +66,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     ``target``: the ONNX Runtime release the model must load in
     (``"onnxruntime==1.16"``): the newest opset it implements that the
     exporter writes, and its IR version (see ``targets.py``). ``runtimes``:
-    other ONNX Runtimes to verify in as well (``verify``'s argument).
+    other ONNX Runtimes to verify in as well (``verify``'s argument). ``external_data``: the weights
+    in ``<path>.data`` beside the graph (default: from 1 GiB of weights on; past 2 GB it is a must). It
+    also lowers the peak memory of the export (measured in ``benchmarks/model_size.py``).
     """
     t_start = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
@@ -91,10 +94,14 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         order = [exporter]
 
     size = weight_bytes(model)
+    if external_data is False and size >= weights.PROTOBUF_LIMIT:
+        raise ValueError(f"external_data=False: the weights ({size / 2**30:.2f} GiB) do not fit in one protobuf "
+                         "(2 GB); leave external_data at None or True")
     check_room(written, size)
     report = Report(path=written, target=str(deploy) if deploy else None)
     # weights from 1 GiB on stay in a data file beside the graph (weights.py), removed unless written
-    with folder_for(written, size >= weights.IN_MEMORY_LIMIT) as spill:
+    spilled = external_data if external_data is not None else size >= weights.IN_MEMORY_LIMIT
+    with folder_for(written, spilled) as spill:
         with preserved(model):
             adapter = IOAdapter(model, pairs, outputs)
             with torch.no_grad():

@@ -54,11 +54,16 @@ class ShapeCheck:
         return {**asdict(self), "ok": self.ok}
 
 
-def session(model: Union[str, os.PathLike, onnx.ModelProto], threads: int = 1) -> ort.InferenceSession:
+def session(model: Union[str, os.PathLike, onnx.ModelProto], threads: int = 1,
+            prepack: bool = True) -> ort.InferenceSession:
+    """``prepack=False``: weights are not repacked for faster kernels (a session for a few checks: the
+    repacked copy of a 100 M-parameter model costs more time and memory than the runs it speeds up)."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 4  # failures are raised and reported by us, not logged twice
+    if not prepack:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
@@ -190,7 +195,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
             if ort_session is None:  # a session given has loaded the graph already
                 onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
                                          full_check=True)
-            sess = ort_session if ort_session is not None else session(onnx_model)
+            sess = ort_session if ort_session is not None else session(onnx_model, prepack=False)
         except Exception as exc:
             if pending is not None:
                 pending.cancel()

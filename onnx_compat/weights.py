@@ -25,6 +25,7 @@ from .safety import write_atomically
 # Weights from 1 GiB on go to a file: the graph and its metadata stay far from protobuf's 2 GB, and
 # ``serialise + parse`` of gigabytes in Python costs more than a file the runtime can map.
 IN_MEMORY_LIMIT = 1 << 30
+PROTOBUF_LIMIT = 2 ** 31 - 1  # bytes of one serialised protobuf message
 _ALIGN = 4096
 
 
@@ -78,6 +79,9 @@ class WeightsFolder:
         external tensors are copied one at a time, inline ones of 1 KiB and more are moved out."""
         proto = onnx.load(written, load_external_data=False)
         base, data = os.path.dirname(written), f"{step}.data"
+        if self._move_single_file(proto, base, data):
+            shutil.rmtree(base, ignore_errors=True)
+            return proto
         handles = {}
         try:
             with open(os.path.join(self.dir, data), "wb") as out:
@@ -105,6 +109,20 @@ class WeightsFolder:
         if base != self.dir:
             shutil.rmtree(base, ignore_errors=True)
         return proto
+
+    def _move_single_file(self, proto: onnx.ModelProto, base: str, data: str) -> bool:
+        """When every weight is already in one data file (the dynamo exporter's, ONNX Runtime's), that file is
+        renamed instead of copied: gigabytes not written twice."""
+        tensors = [t for t in proto.graph.initializer if uses_external_data(t)]
+        inline = any(len(t.raw_data) >= 1024 for t in proto.graph.initializer if not uses_external_data(t))
+        infos = [ExternalDataInfo(t) for t in tensors]
+        places = {info.location for info in infos}
+        if inline or len(places) != 1 or any(info.length is None for info in infos):
+            return False
+        os.replace(os.path.join(base, places.pop()), os.path.join(self.dir, data))
+        for tensor, info in zip(tensors, infos):
+            _point(tensor, data, info.offset or 0, info.length)
+        return True
 
     def save_graph(self, proto: onnx.ModelProto) -> str:
         """The graph written beside its weights, for a session or a runtime that loads from a path."""

@@ -129,3 +129,12 @@ def test_a_folder_without_room_for_the_weights_is_refused_before_exporting(monke
         onnx_compat.export(_model(), path, *SPECS, exporter="torchscript")
     assert not ran
     _unchanged(tmp_path)
+
+
+def test_external_data_on_request_and_refused_where_it_must_be(monkeypatch, tmp_path):
+    report = onnx_compat.export(_model(), str(tmp_path / "m.onnx"), *SPECS, exporter="torchscript", external_data=True)
+    assert report.external_data == "m.onnx.data" and sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
+    monkeypatch.setattr(weights, "PROTOBUF_LIMIT", 1)  # as if the weights were past 2 GB
+    with pytest.raises(ValueError, match=r"external_data=False: the weights \(0\.00 GiB\) do not fit in one protobuf"):
+        onnx_compat.export(_model(), str(tmp_path / "n.onnx"), *SPECS, exporter="torchscript", external_data=False)
+    assert not (tmp_path / "n.onnx").exists()
