@@ -19,7 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import onnx
 import torch
 
-from . import __version__, exporters, graph, targets
+from . import __version__, exporters, flags, graph, targets
 from .io_adapter import IOAdapter, SpecError, check_outputs, flatten
 from .culprit import culprit
 from .rasr import check_rasr
@@ -192,7 +192,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
 
 
 def _only_torchscript() -> str:
-    return "" if exporters.HAS_DYNAMO else f" (torch {torch.__version__} has no dynamo exporter: TorchScript only)"
+    return "" if exporters.HAS_DYNAMO else f" ({flags.NO_DYNAMO}: TorchScript only)"
 
 
 _LOCATION = re.compile(r"\(([^()]+:\d+)\)$")

@@ -136,7 +136,7 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
     if exporter not in EXPORTERS:
         raise ValueError(f"unknown exporter {exporter!r}; choose from {EXPORTERS + ('auto',)}")
     if exporter == "dynamo" and not HAS_DYNAMO:
-        raise RuntimeError(f"torch {torch.__version__} has no dynamo ONNX exporter (torch.onnx.export(dynamo=True))")
+        raise RuntimeError(flags.NO_DYNAMO)
     captured = Captured()
     records: List[warnings.WarningMessage] = []
     try:

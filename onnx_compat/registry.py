@@ -98,8 +98,7 @@ class Patch:
         if self.min_torch and not flags.torch_at_least(self.min_torch):
             return f"needs torch >= {self.min_torch} (this is {torch.__version__})"
         if self.when == "dynamo" and not flags.HAS_DYNAMO:
-            return (f"acts only under the dynamo exporter, which needs torch >= {flags.DYNAMO_SINCE} "
-                    f"(this is {torch.__version__})")
+            return f"acts only under the dynamo exporter; {flags.NO_DYNAMO}"
         missing = self.missing()
         if missing:
             return f"torch {torch.__version__} lacks {', '.join(missing)}"

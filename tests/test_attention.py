@@ -189,7 +189,7 @@ def test_encoders_export_under_inference_mode(name, exporter):
 def test_vanilla_export_fails_as_recorded(name, exporter, grad_mode):
     """Without the patches these cases break, so the patched tests cannot pass by accident."""
     if exporter not in EXPORTERS:
-        pytest.skip("no dynamo exporter in this torch")
+        pytest.skip(flags.NO_DYNAMO)
     since = VANILLA_SINCE.get((name, exporter))
     if since and not flags.torch_at_least(since):
         pytest.skip(f"torch {torch.__version__}'s unpatched {exporter} export of {name} is right (measured on 2.8)")

@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 import onnx_compat
-from onnx_compat import ExportError
+from onnx_compat import ExportError, flags
 from onnx_compat.cleanup import cleanup
 from onnx_compat.models import conv_demo
 
@@ -30,7 +30,7 @@ def test_pad_subgraph_is_fused_and_numbers_kept(hard, tmp_path):
     assert "onnx_compat.exporter" in meta                     # cleanup keeps metadata
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=flags.NO_DYNAMO)
 def test_cleaned_torchscript_has_the_dynamo_node_count(hard, tmp_path):
     ts = onnx_compat.export(hard["model"], str(tmp_path / "t.onnx"), hard["inputs"], hard["outputs"],
                             exporter="torchscript")

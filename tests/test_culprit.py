@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import onnx_compat
-from onnx_compat import Dim, ExportError, TensorSpec, registry
+from onnx_compat import Dim, ExportError, TensorSpec, flags, registry
 from onnx_compat.registry import Patch
 
 from helpers import EXPORTERS
@@ -70,22 +70,22 @@ CASES = [("op", "torchscript", None), ("guard", "dynamo", None), ("pool", "dynam
 @pytest.mark.parametrize("fault,exporter,patches", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_the_module_at_fault_is_named_exactly(fault, exporter, patches, tmp_path):
     if exporter not in EXPORTERS:
-        pytest.skip("no dynamo exporter in this torch")
+        pytest.skip(flags.NO_DYNAMO)
     model, inputs, outputs = _job(fault)
-    flags = [m.training for m in model.modules()]
+    training = [m.training for m in model.modules()]
     with pytest.raises(ExportError) as failed:
         onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter=exporter, patches=patches)
     culprit = str(failed.value).splitlines()[-1]
     assert culprit.startswith("culprit encoder.1.inner.1 (Leaf): "), culprit
     if fault != "pool" or exporter == "torchscript":  # the translator's node trace ends in torch's own code
         assert f"test_culprit.py:{_line(fault)}]" in culprit, culprit
-    assert [m.training for m in model.modules()] == flags and not (tmp_path / "m.onnx").exists()
+    assert [m.training for m in model.modules()] == training and not (tmp_path / "m.onnx").exists()
 
 
 def test_each_failed_attempt_has_its_culprit_in_the_report(tmp_path):
     """auto: dynamo fails on the guard, TorchScript exports (and bakes it); the report keeps the culprit."""
     if "dynamo" not in EXPORTERS:
-        pytest.skip("no dynamo exporter in this torch")
+        pytest.skip(flags.NO_DYNAMO)
     model, inputs, outputs = _job("guard")
     report = onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter="auto", verify=False)
     failed = [a for a in report.attempts if not a.ok]

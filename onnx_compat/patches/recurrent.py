@@ -73,8 +73,8 @@ _DYNAMO_DEFAULT = EXPORT_PARAMS["dynamo"].default if "dynamo" in EXPORT_PARAMS e
 # From this release on, torch.onnx's dynamo exporter writes nn.LSTM/nn.GRU as one ONNX LSTM/GRU with a
 # dynamic T by itself (make test-matrix: 2.14.1 still bakes T). Packed input and proj_size still need the patch.
 DYNAMO_WRITES_RNN = "2.15"
-# torch.library.custom_op (torch >= 2.4) and the translation table (dynamo exporter) are both needed.
-SUPPORTED = hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
+# torch.library.custom_op (torch >= 2.4) and the translation table of the dynamo exporter onnx_compat uses.
+SUPPORTED = flags.HAS_DYNAMO and hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
 _custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
 
 
