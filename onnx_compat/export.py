@@ -127,7 +127,8 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                     t1 = time.perf_counter()
                     report.timings[f"export_{name}"] = t1 - t0
                     check = functools.partial(_fit_and_verify, deploy=deploy, model=model, inputs=inputs,
-                                              outputs=outputs, atol=atol, rtol=rtol, runtimes=others, weights=spill)
+                                              outputs=outputs, atol=atol, rtol=rtol, runtimes=others, weights=spill,
+                                              example=example, seed=seed + 1, examples=checked)
                     cases = functools.partial(reference_cases, model, inputs, outputs, example=example, seed=seed + 1,
                                               examples=checked)
                     # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
@@ -136,7 +137,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
                         proto, results = _cleaned(proto, report, inputs + outputs, check if verify else None,
                                                   cases, spill, serialized)
                     elif verify:
-                        results = check(proto, cases=cases())
+                        results = check(proto, serialized=serialized)  # eager runs while ONNX Runtime loads
                         report.timings["verify"] = time.perf_counter() - t1
                     report.attempts.append(Attempt(name, True, None, time.perf_counter() - t0, capture=captured.capture))
                     break
@@ -240,11 +241,15 @@ def _diagnosed(exc, model, inputs, outputs, exporter, examples, sizes, atol, rto
     return found.culprit.line() if found.culprit else None
 
 
-def _fit_and_verify(proto, deploy, weights=None, **kwargs):
+def _fit_and_verify(proto, deploy, weights=None, serialized=None, **kwargs):
     """Verify the graph as it will be written: fitted to the target first (in place); a graph
-    whose weights are in a file is loaded from beside them."""
-    targets.fit(proto, deploy)
-    return verify_model(proto if weights is None else weights.save_graph(proto), **kwargs)
+    whose weights are in a file is loaded from beside them; ``serialized``, the exporter's bytes
+    of this graph, are loaded as they are unless fitting changed it."""
+    if targets.fit(proto, deploy):
+        serialized = None
+    if weights is not None:
+        return verify_model(weights.save_graph(proto), **kwargs)
+    return verify_model(proto, serialized=serialized, **kwargs)
 
 
 def _check_dims(proto, specs, stage: str) -> None:

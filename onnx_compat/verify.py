@@ -54,7 +54,7 @@ class ShapeCheck:
         return {**asdict(self), "ok": self.ok}
 
 
-def session(model: Union[str, os.PathLike, onnx.ModelProto], threads: int = 1,
+def session(model: Union[str, os.PathLike, onnx.ModelProto, bytes], threads: int = 1,
             prepack: bool = True) -> ort.InferenceSession:
     """``prepack=False``: weights are not repacked for faster kernels (a session for a few checks: the
     repacked copy of a 100 M-parameter model costs more time and memory than the runs it speeds up)."""
@@ -64,7 +64,8 @@ def session(model: Union[str, os.PathLike, onnx.ModelProto], threads: int = 1,
     opts.log_severity_level = 4  # failures are raised and reported by us, not logged twice
     if not prepack:
         opts.add_session_config_entry("session.disable_prepacking", "1")
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+        model if isinstance(model, bytes) else os.fspath(model)
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
@@ -170,7 +171,8 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
            inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
            example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
            raise_on_failure: bool = True, examples=None, runtimes=(),
-           ort_session: Optional[ort.InferenceSession] = None, cases: Optional[List[Case]] = None) -> List[ShapeCheck]:
+           ort_session: Optional[ort.InferenceSession] = None, cases: Optional[List[Case]] = None,
+           serialized: Optional[bytes] = None) -> List[ShapeCheck]:
     """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
 
     ``sizes``: the named dim sizes to run at (default: three shapes around
@@ -183,6 +185,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     first failure unless ``raise_on_failure=False``. ``ort_session``: an ONNX Runtime
     session already made from ``onnx_model`` to run the checks in. ``cases``: the
     ``reference_cases`` already computed (else they are, while ONNX Runtime loads the model).
+    ``serialized``: ``onnx_model`` as bytes already (the exporter's own), checked and loaded as they are.
     """
     others = as_runtimes(runtimes)
     check_examples(inputs, examples)  # a malformed example is the error, before anything loads
@@ -193,9 +196,12 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
                                   examples=examples)
         try:
             if ort_session is None:  # a session given has loaded the graph already
-                onnx.checker.check_model(onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model),
-                                         full_check=True)
-            sess = ort_session if ort_session is not None else session(onnx_model, prepack=False)
+                loadable = serialized if serialized is not None else \
+                    onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model)
+                onnx.checker.check_model(loadable, full_check=True)
+                sess = session(loadable, prepack=False)
+            else:
+                sess = ort_session
         except Exception as exc:
             if pending is not None:
                 pending.cancel()
