@@ -167,7 +167,9 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     if args.write:
-        write_marked(args.write, text, "test-matrix")
+        why = details(rows).strip("\n")
+        write_marked(args.write, f"{text}\n\n<details><summary>Each release's unavailable patches and skips, with "
+                                 f"their reasons</summary>\n\n```\n{why}\n```\n</details>", "test-matrix")
     failed = sum(r["tests"].get("counts", {}).get("failed", 0) + ("error" in r["tests"]) for r in rows)
     return 1 if failed else 0
 
