@@ -6,7 +6,6 @@ every warning they raise captured for the report instead of printed.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import io
 import logging
 import os
@@ -26,7 +25,7 @@ from .graph import all_nodes
 from .weights import WeightsFolder
 
 EXPORTERS = ("dynamo", "torchscript")
-EXPORT_PARAMS = inspect.signature(torch.onnx.export).parameters
+EXPORT_PARAMS = flags.EXPORT_PARAMS
 HAS_DYNAMO = flags.HAS_DYNAMO
 _TORCHSCRIPT = {"dynamo": False} if "dynamo" in EXPORT_PARAMS else {}  # torch.onnx.export's flag for it
 
