@@ -15,7 +15,7 @@ import os
 import tempfile
 
 import onnx_compat
-from onnx_compat.exporters import HAS_DYNAMO
+from onnx_compat.pipeline.capture import HAS_DYNAMO
 from onnx_compat.models import audio, blstm, conformer
 from onnx_compat.runtimes import RuntimeUnavailable, as_runtimes
 

@@ -32,7 +32,7 @@ from common import torch_export  # noqa: E402
 from readme_block import write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.exporters import HAS_DYNAMO  # noqa: E402
+from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: E402
 from onnx_compat.models import conformer  # noqa: E402
 from onnx_compat.spec import dim_sizes, make_inputs  # noqa: E402
 

@@ -64,9 +64,11 @@ def _one(size: str, exporter: str, mode: str) -> dict:
     import onnxruntime as ort
     import torch
 
-    from onnx_compat import Dim, TensorSpec, export
-    from onnx_compat.exporters import bare_export
-    from onnx_compat.weights import weight_bytes
+    from onnx_compat import Dim, TensorSpec
+
+    from onnx_compat import export
+    from onnx_compat.pipeline.vanilla import plain_export
+    from onnx_compat.pipeline.weights import weight_bytes
 
     model = build(size)
     weights = weight_bytes(model)
@@ -75,7 +77,7 @@ def _one(size: str, exporter: str, mode: str) -> dict:
         path = os.path.join(tmp, "model.onnx")
         t0 = time.perf_counter()
         if mode == "bare":
-            bare_export(model, (torch.randn(2, 50, 80),), exporter, ["data"], {"data": {0: "batch", 1: "time"}},
+            plain_export(model, (torch.randn(2, 50, 80),), exporter, ["data"], {"data": {0: "batch", 1: "time"}},
                         ["out"], max_size=None, path=path)
             report = None
         else:

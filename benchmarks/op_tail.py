@@ -22,8 +22,8 @@ import test_recurrent  # noqa: E402
 from helpers import EXPORTERS  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.cleanup import cleanup  # noqa: E402
-from onnx_compat.exporters import error_line  # noqa: E402
+from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
+from onnx_compat.pipeline.capture import error_line  # noqa: E402
 
 
 def _lstmp():

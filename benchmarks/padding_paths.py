@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import ort_latency, torch_export  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.cleanup import cleanup  # noqa: E402
-from onnx_compat.padding import is_symmetric, same_pads  # noqa: E402
+from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
+from onnx_compat.patches._padding import is_symmetric, same_pads  # noqa: E402
 
 
 def stack(rank, channels, kernel, dilation, depthwise, layers):

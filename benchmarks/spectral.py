@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import median_seconds, ort_latency  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.exporters import HAS_DYNAMO, bare_export, error_line  # noqa: E402
+from onnx_compat.pipeline.capture import HAS_DYNAMO, error_line
+from onnx_compat.pipeline.vanilla import plain_export  # noqa: E402
 from onnx_compat.models.audio import LogMelFrontend  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
 
@@ -113,7 +114,7 @@ def _onnx_op(model, args, dynamic, limit: int = 120):
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(limit)
     try:
-        return bare_export(model, args, "dynamo", names, dict(zip(names, dynamic)), output_names=["y"], max_size=None)
+        return plain_export(model, args, "dynamo", names, dict(zip(names, dynamic)), output_names=["y"], max_size=None)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -121,7 +122,7 @@ def _onnx_op(model, args, dynamic, limit: int = 120):
 
 def _timed(proto, model, args, runs):
     feeds = {i.name: a.numpy() for i, a in zip(proto.graph.input, args)}
-    from onnx_compat.verify import session
+    from onnx_compat.pipeline.verification import session
     got = session(proto, threads=1).run(None, feeds)[0]
     with torch.no_grad():
         expected = model(*args).numpy()

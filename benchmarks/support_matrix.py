@@ -33,7 +33,7 @@ def _check() -> dict:
     import importlib.metadata as md
 
     import onnx_compat
-    from onnx_compat.exporters import HAS_DYNAMO
+    from onnx_compat.pipeline.capture import HAS_DYNAMO
     from onnx_compat.models.zoo import ZOO
 
     def version(name):

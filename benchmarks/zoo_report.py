@@ -18,9 +18,11 @@ import time
 import onnx
 import torch
 
-from onnx_compat import check_rasr, export
+from onnx_compat import check_rasr
+
+from onnx_compat import export
 from onnx_compat.models.zoo import ZOO
-from onnx_compat.vanilla import vanilla_export
+from onnx_compat.pipeline.vanilla import vanilla_export
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme_block import write_block  # noqa: E402

@@ -21,13 +21,13 @@ import numpy as np
 import onnx
 import torch
 
-from .diagnose import diagnose
-from .export import export
-from .graph import inspect
-from .rasr import check_rasr
-from .repair import repair_int_types
-from .safety import check_writable, write_atomically
-from .verify import session, verify
+from onnx_compat.diagnosis import diagnose
+from onnx_compat.pipeline import export
+from onnx_compat.graph import describe
+from onnx_compat.contracts.rasr import check_rasr
+from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.pipeline.files import check_writable, write_atomically
+from onnx_compat.pipeline.verification import session, verify
 
 
 class UsageError(Exception):
@@ -201,7 +201,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         write_atomically(fixed, check_writable(args.out))
         print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
     else:
-        info = inspect(args.onnx, dynamic=_dynamic(args.dynamic))
+        info = describe(args.onnx, dynamic=_dynamic(args.dynamic))
         info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
                                   output=args.output).to_dict()
         print(json.dumps(info, indent=2) if args.json else _inspect_text(info))

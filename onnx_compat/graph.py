@@ -95,7 +95,7 @@ def findings(proto: onnx.ModelProto, dynamic: Optional[Mapping[str, Mapping[int,
     return out
 
 
-def inspect(model: Union[str, os.PathLike, onnx.ModelProto],
+def describe(model: Union[str, os.PathLike, onnx.ModelProto],
             dynamic: Optional[Mapping[str, Mapping[int, str]]] = None) -> dict:
     """A summary of ``model``: opset, I/O, node count, op histogram, auto_pad, metadata, findings."""
     proto = load(model)

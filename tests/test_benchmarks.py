@@ -12,7 +12,11 @@ import zoo_report  # noqa: E402
 from helpers import HAS_DYNAMO  # noqa: E402
 import pytest  # noqa: E402
 
-from onnx_compat import flags, targets  # noqa: E402
+from onnx_compat import versions  # noqa: E402
+
+
+
+from onnx_compat.pipeline import releases as targets
 
 
 @pytest.mark.skipif(not HAS_DYNAMO, reason="the benchmark compares with the dynamo exporter")
@@ -29,7 +33,7 @@ def test_eager_overhead_smoke():
     assert eager_overhead.main(["--tiny"]) > 0
 
 
-@pytest.mark.skipif(not flags.torch_at_least("2.1"),
+@pytest.mark.skipif(not versions.torch_at_least("2.1"),
                     reason="the baseline, an unpatched TorchScript export of string padding, fails on torch 2.0")
 def test_export_cost_smoke(capsys):
     rows = export_cost.main(["--tiny", "--runs", "1"])
@@ -44,7 +48,7 @@ def test_zoo_report_writes_the_readme_table(tmp_path):
     rows = zoo_report.main(["--only", "onnx_compat conv demo", "--write", str(readme)])
     text = readme.read_text()
     assert len(rows) == 1 and "old" not in text and text.startswith("intro") and text.endswith("outro\n")
-    vanilla = "ok (" if flags.torch_at_least("2.1") else "export fails"  # torch 2.0: aten::_convolution_mode
+    vanilla = "ok (" if versions.torch_at_least("2.1") else "export fails"  # torch 2.0: aten::_convolution_mode
     assert f"| onnx_compat conv demo | {vanilla}" in text and "fits feature-scorer/encoder" in text
 
 

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 import onnx_compat
-from onnx_compat import flags
-from onnx_compat.registry import steps_aside
+from onnx_compat import versions
+
+from onnx_compat.patches.registry import steps_aside
 
 from helpers import EXPORTERS, export, run, vanilla_failure
 
@@ -202,7 +203,7 @@ def test_patched_export_matches_eager(name, exporter):
 @pytest.mark.parametrize("name,exporter", sorted(VANILLA))
 def test_vanilla_export_fails_as_recorded(name, exporter):
     if exporter not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     model = _build(name)
     if not _fails_here(name, exporter):
         pytest.skip(f"torch {torch.__version__} exports {name} without the patch")

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings, strategies as st
 from torch.nn.utils.rnn import pad_sequence
 
 import onnx_compat
-from onnx_compat.patches.pointwise import expm1
+from onnx_compat.patches.arithmetic import expm1
 from onnx_compat.patches.pooling import adaptive_pool
 from onnx_compat.patches.resize import antialias_resize
 from onnx_compat.patches.sequences import pad_sequence as padded_to_longest
@@ -133,7 +133,7 @@ def test_adaptive_pooling_at_random_lengths(kind, exporter, batch, time, seed):
 @given(length=st.integers(1, 12), n=st.integers(0, 4), dim=st.integers(-2, 1), extra=st.integers(0, 3),
        boolean=st.booleans())
 def test_diff_slices_match_eager(length, n, dim, extra, boolean):
-    from onnx_compat.patches.pointwise import diff
+    from onnx_compat.patches.arithmetic import diff
     x = torch.randn(3, length) if dim in (-1, 1) else torch.randn(length, 3)
     if boolean:
         x = x > 0

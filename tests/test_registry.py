@@ -9,9 +9,9 @@ import torch.nn.functional as F
 import wrapt
 
 import onnx_compat
-from onnx_compat import registry
-from onnx_compat.changes import Changes
-from onnx_compat.registry import Patch
+from onnx_compat.patches import registry
+from onnx_compat.patches.changes import Changes
+from onnx_compat.patches.registry import Patch
 
 from helpers import auto_pads, export, vanilla_string_padding_failure
 

@@ -15,10 +15,10 @@ import torch
 from onnx import TensorProto, helper
 
 import onnx_compat
-from onnx_compat import targets
+from onnx_compat.pipeline import releases as targets
 from onnx_compat.models import blstm, conformer
 from onnx_compat.runtimes import RuntimeUnavailable
-from onnx_compat.verify import valid_mask
+from onnx_compat.pipeline.verification import valid_mask
 
 from helpers import EXPORTERS
 

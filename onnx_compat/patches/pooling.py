@@ -21,8 +21,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..registry import Patch, register
-from ._calls import tensor_call
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 _NAME = re.compile(r"adaptive_(avg|max)_pool([123])d")
 

@@ -19,8 +19,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from ..registry import Patch, register
-from ._calls import tensor_call
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 _PARAMS = ("sequences", "batch_first", "padding_value", "padding_side")
 _DEFAULTS = {"batch_first": False, "padding_value": 0.0, "padding_side": "right"}

@@ -20,7 +20,8 @@ import onnx
 import torch
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-from .safety import write_atomically
+from onnx_compat.pipeline.files import write_atomically
+
 
 # Weights from 1 GiB on go to a file: the graph and its metadata stay far from protobuf's 2 GB, and
 # ``serialise + parse`` of gigabytes in Python costs more than a file the runtime can map.

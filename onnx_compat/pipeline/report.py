@@ -12,9 +12,13 @@ class Attempt:
     ok: bool
     error: Optional[str] = None
     seconds: float = 0.0
-    warnings: Dict[str, List[str]] = field(default_factory=dict)  # of a failed attempt; the used one's are Report.warnings
+    warnings: Dict[str, List[str]] = field(default_factory=dict)  # the used attempt's are Report.warnings too
     capture: List[str] = field(default_factory=list)  # dynamo: torch.onnx's capture strategies, in order
     culprit: Optional[str] = None  # "culprit <module path> (<Class>): <what>" of a failed attempt
+    # what the attempt found on its way; the used attempt's become the report's own fields
+    repairs: List[str] = field(default_factory=list)
+    nodes_before_cleanup: Optional[int] = None
+    timings: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
