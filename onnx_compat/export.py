@@ -58,7 +58,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     named dims. ``strict``: baked-constant TracerWarnings and degenerate
     outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
     requires RASR's rules to hold. ``patches``: options for ``patched()``.
-    ``cleanup``: run onnxscript's optimizer and rewriter, then verify (default:
+    ``cleanup``: run ONNX Runtime's basic offline optimiser (``cleanup.py``), then verify (default:
     TorchScript exports, and dynamo exports holding LSTM/GRU nodes; dynamo
     optimizes the rest of its graphs itself). ``examples``: real inputs
     ``[{onnx_name: tensor}, ...]``; the first is the export example unless

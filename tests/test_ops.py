@@ -1,4 +1,4 @@
-"""The op tail (issue rows of facts §3, rows 6 and 9): each case under both exporters, ONNX Runtime
+"""The op tail: each case under both exporters, ONNX Runtime
 against the unpatched eager model at new batch and length sizes (B=1 too), and each vanilla failure
 asserted where it happens, so a patched test cannot pass by accident."""
 import numpy as np
