@@ -174,8 +174,8 @@ def main(argv=None):
         ratio = f"{best / r['onnx op']:.2f}x" if isinstance(r["onnx op"], float) else "-"
         lines.append(f"| {r['case']} | {r['eager'] * 1e3:.1f} ms | {ms(r.get('torchscript', '-'))} | "
                      f"{ms(r.get('dynamo', '-'))} | {ms(r['onnx op'])} | {ratio} |")
-    lines += ["", f"batch {args.batch} x {args.seconds:g} s; one thread each; torch {torch.__version__}; (x): time / eager; "
-                  f"relative max errors of ours: "
+    lines += ["", f"batch {args.batch} x {args.seconds:g} s; one thread each; torch {torch.__version__}; "
+                  f"(x): time / eager; relative max errors of ours: "
                   + ", ".join(f"{r['case']} {r[args.exporters[0] + ' err']:.0e}" for r in rows)]
     print("\n".join(lines))
     if args.write:

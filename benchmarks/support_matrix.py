@@ -1,7 +1,8 @@
 """The support matrix: the whole test suite, and the bundled Conformer and BLSTM through
 ``export(exporter="auto")``, in one venv per torch version (``make test-matrix``).
 
-    .venv/bin/python benchmarks/support_matrix.py [--write docs/compatibility.md] [--json OUT] [--from-json IN ...] VENV ...
+    .venv/bin/python benchmarks/support_matrix.py [--write docs/compatibility.md] [--json OUT]
+                                                  [--from-json IN ...] VENV ...
 
 Each venv runs ``pytest -n 2 tests`` on its own; skips are grouped by reason.
 The table goes to stdout (and between the ``<!-- test-matrix -->`` markers of

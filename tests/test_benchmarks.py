@@ -123,7 +123,7 @@ def test_every_written_table_has_its_block_in_the_page_its_help_names():
     for script, name, page in tables:
         with open(os.path.join(ROOT, page), encoding="utf-8") as f:
             text = f.read()
-        begin, end = ((zoo_report.BEGIN, zoo_report.END) if name == "zoo" else (f"<!-- {name} -->", f"<!-- /{name} -->"))
+        begin, end = (zoo_report.BEGIN, zoo_report.END) if name == "zoo" else (f"<!-- {name} -->", f"<!-- /{name} -->")
         assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end), \
             f"{script} writes the {name} table into {page}, which has no single {begin} ... {end} block"
 
@@ -131,6 +131,7 @@ def test_every_written_table_has_its_block_in_the_page_its_help_names():
 def test_a_page_without_the_block_is_refused_and_told_where_it_is(tmp_path):
     page = tmp_path / "README.md"
     page.write_text("no tables here\n")
-    with pytest.raises(SystemExit, match=r"no <!-- export-cost --> \.\.\. <!-- /export-cost --> block.*docs/benchmarks\.md"):
+    expected = r"no <!-- export-cost --> \.\.\. <!-- /export-cost --> block.*docs/benchmarks\.md"
+    with pytest.raises(SystemExit, match=expected):
         readme_block.write_marked(str(page), "| table |", "export-cost")
     assert page.read_text() == "no tables here\n"

@@ -145,7 +145,7 @@ def _inputs(name, B, T, seed):
 def _dynamic(name):
     if name in IMAGES:
         return {0: {0: "batch", 2: "height", 3: "width"}}
-    if name == "length_regulator":  # the Python loop over the batch fixes B (README limits)
+    if name == "length_regulator":  # the Python loop over the batch fixes B (docs/models.md, Limits)
         return {0: {1: "time"}, 1: {1: "time"}}
     return {0: {0: "batch", 1: "time"}}
 
