@@ -86,7 +86,7 @@ CASES = {
     "sdpa_bool_full_rows": lambda: SDPA("bool_full_rows"),
     "sdpa_gqa": lambda: SDPA("gqa"),
 }
-# How the unpatched export goes wrong (facts §3), per exporter; None: it works.
+# How the unpatched export goes wrong, per exporter; None: it works.
 # key: (case, exporter, grad mode at export)
 VANILLA = {
     ("mha_batch_first", "torchscript", "grad"): ("Reshape", "aten::unflatten"),  # torch 2.0: no unflatten at all
@@ -170,7 +170,7 @@ def _check(proto, model, name):
 def test_patched_export_matches_eager(name, exporter):
     _skip_where_unsupported(name)
     model = _build(name)
-    grad_mode = "grad" if name.startswith("sdpa") else "no_grad"  # the failing settings of facts §3
+    grad_mode = "grad" if name.startswith("sdpa") else "no_grad"  # the settings under which they fail
     with onnx_compat.patched():
         proto = _export(model, exporter, grad_mode)
     _check(proto, model, name)

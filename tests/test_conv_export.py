@@ -70,7 +70,7 @@ def test_patched_export_matches_eager_at_new_shapes(name, exporter):
 
 
 def test_vanilla_torchscript_export_of_dilated_same_fails_in_onnxruntime():
-    """The failure the patch removes (facts §2): auto_pad SAME_UPPER with dilation."""
+    """The failure the patch removes: auto_pad SAME_UPPER with dilation."""
     model, _ = _build("1d_k3_d2")
     proto = vanilla_string_padding_failure(model, (torch.randn(2, C, 37),), _dynamic(1))
     if proto is not None:

@@ -1,4 +1,4 @@
-"""The op tail (issue rows of facts §3, rows 6 and 9): each case under both exporters, ONNX Runtime
+"""The op tail: each case under both exporters, ONNX Runtime
 against the unpatched eager model at new batch and length sizes (B=1 too), and each vanilla failure
 asserted where it happens, so a patched test cannot pass by accident."""
 import numpy as np
@@ -146,7 +146,7 @@ def _inputs(name, B, T, seed):
 def _dynamic(name):
     if name in IMAGES:
         return {0: {0: "batch", 2: "height", 3: "width"}}
-    if name == "length_regulator":  # the Python loop over the batch fixes B (README limits)
+    if name == "length_regulator":  # the Python loop over the batch fixes B (docs/models.md, Limits)
         return {0: {1: "time"}, 1: {1: "time"}}
     return {0: {0: "batch", 1: "time"}}
 

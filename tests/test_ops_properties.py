@@ -50,7 +50,7 @@ def test_antialias_weights_match_eager(height, width, mode, data):
     x = torch.rand(1, 2, height, width)
     expected = F.interpolate(x, mode=mode, antialias=True, **kwargs)
     if expected.shape[3] == 1 and expected.shape[2] != height:
-        return  # eager's kernel repeats one row there (torch 2.13); the README's limits show it
+        return  # eager's kernel repeats one row there (torch 2.13); docs/models.md, Limits, shows it
     got = antialias_resize(x, kwargs.get("size"), kwargs.get("scale_factor"), mode,
                            kwargs.get("recompute_scale_factor", False))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)

@@ -139,7 +139,7 @@ def test_without_a_target_the_default_export_does_not_load_in_116(tmp_path):
 
 @needs_node
 def test_the_rasr_style_node_consumer_runs_the_conformer(tmp_path):
-    """deploy/node/rasr_consumer.js, as the README shows it, on a 1.16-target Conformer; numbers against eager."""
+    """deploy/node/rasr_consumer.js as docs/deploying.md shows it, on a 1.16-target Conformer; numbers against eager."""
     job = conformer.tiny()
     path = str(tmp_path / "m.onnx")
     report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="torchscript",

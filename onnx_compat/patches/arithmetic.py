@@ -1,6 +1,6 @@
 """Single ops the TorchScript exporter cannot write, written with ops it can.
 
-Measured on torch 2.13 (export facts §3, row 9).
+Each failure measured on torch 2.13.
 
 ``expm1`` (either exporter)
     TorchScript: "Exporting the operator 'aten::expm1' ... is not supported"

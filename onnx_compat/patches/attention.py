@@ -1,6 +1,6 @@
 """Attention: ``nn.MultiheadAttention``, the Transformer layers and SDPA.
 
-Four patches, each for a failure measured on torch 2.13 (export facts §3):
+Four patches, each for a failure measured on torch 2.13:
 
 ``mha_in_projection`` (TorchScript exporter)
     ``F._in_projection_packed`` splits the packed q/k/v projection with

@@ -1,4 +1,4 @@
-"""Normalisations the TorchScript exporter cannot write (export facts §3, row 9).
+"""Normalisations the TorchScript exporter cannot write (measured on torch 2.13).
 
 ``rms_norm``
     ``F.rms_norm`` / ``nn.RMSNorm``: "Exporting the operator 'aten::rms_norm'

@@ -10,7 +10,7 @@ each sequence is padded to the longest (a ``max`` computed in the graph) with
 ``F.pad`` and the results are stacked: the same values, padding and layout.
 
 The list itself is Python: its length (the batch, when the model loops over
-it) is fixed at export time. See the README's limits.
+it) is fixed at export time. See docs/models.md, Limits.
 """
 from __future__ import annotations
 
