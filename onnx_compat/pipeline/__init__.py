@@ -11,7 +11,7 @@ Nothing is written unless every stage passed, and the model is left as it was.
 from __future__ import annotations
 
 import time
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 import torch
 
@@ -30,7 +30,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
            strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
            opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
            cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=(),
-           external_data: Optional[bool] = None) -> Report:
+           external_data: Optional[bool] = None, progress: Optional[Callable[[str], None]] = None) -> Report:
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
@@ -50,14 +50,16 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     Runtimes to verify in as well (``verify``'s argument). ``external_data``: the
     weights in ``<path>.data`` beside the graph (default: from 1 GiB of weights
     on; past 2 GB it is a must); it also lowers the export's peak memory.
+    ``progress``: called with the name of each stage as it starts (the CLI shows them on a terminal).
     """
     t_start = time.perf_counter()
     request = build_request(model, path, inputs, outputs, exporter=exporter, sizes=sizes, examples=examples,
                             seed=seed, target=target, opset=opset, runtimes=runtimes, external_data=external_data,
                             metadata=metadata, verify=verify, atol=atol, rtol=rtol, strict=strict, rasr=rasr,
-                            patches=patches, cleanup=cleanup)
+                            patches=patches, cleanup=cleanup, progress=progress)
     report = Report(path=request.path, target=str(request.target) if request.target else None)
     with folder_for(request.path, request.spill) as spill, preserved(model):
+        request.tell("checking the model's outputs")
         request.subject.check_outputs()
         used = _first_verified(request, report, spill)
         stages.conclude(request, report, used)

@@ -37,6 +37,19 @@ def check_room(path: str, needed: int) -> None:
                          f"and folder {folder!r} has {free / 2**20:.1f} MiB free")
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back at once: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str) -> None:
+    """Give a file the mode a plain ``open(path, "w")`` would have: ``mkstemp`` makes it 0600, which a
+    runtime or a RASR job running as another user cannot read."""
+    os.chmod(path, 0o666 & ~current_umask())
+
+
 def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[Callable[[], None]] = None) -> None:
     """Write ``proto`` to a temporary file beside ``path``, then rename it into place.
 
@@ -50,6 +63,7 @@ def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[
             onnx.save(proto, tmp)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot write the ONNX model to {path!r}: {exc.strerror or exc}") from exc
+        follow_umask(tmp)
         if before_rename is not None:
             before_rename()
         os.replace(tmp, path)

@@ -8,7 +8,7 @@ before a minute of exporting is spent. Every stage then reads the request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -40,6 +40,11 @@ class ExportRequest:
     runtimes: list = field(default_factory=list)
     spill: bool = False  # the weights go to a data file beside the graph
     weight_bytes: int = 0
+    progress: Optional[Callable[[str], None]] = None  # told each stage as it starts (the CLI prints it)
+
+    def tell(self, stage: str) -> None:
+        if self.progress is not None:
+            self.progress(stage)
 
     @property
     def model(self) -> torch.nn.Module:

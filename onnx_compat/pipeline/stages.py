@@ -50,6 +50,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     # cleanup follows a TorchScript export by default and folds constants in C++: the exporter's own
     # folding pass would only do it first, more slowly (12 x 256 Conformer: 0.2 s)
     fold = strategy.name != "torchscript" or request.cleanup is False
+    request.tell(f"capture ({strategy.name})")
     proto, captured = capture.run(strategy.name, subject.adapter(), subject.args, subject.inputs, subject.outputs,
                                   asked, request.patches, fold=fold, weights=spill)
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
@@ -65,8 +66,11 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
     serialized = None if record.repairs else captured.serialized
     if _wants_cleanup(request.cleanup, strategy.name, proto):
+        request.tell(f"cleanup and verification ({strategy.name})" if request.verify else f"cleanup ({strategy.name})")
         proto, results = _cleaned(proto, record, request, spill, serialized)
     else:
+        if request.verify:
+            request.tell(f"verification ({strategy.name})")
         results = _verified(proto, request, spill, serialized=serialized) if request.verify else None
         if request.verify:
             record.timings["verify"] = time.perf_counter() - t1
@@ -268,6 +272,7 @@ def only_torchscript() -> str:
 
 def write(request: ExportRequest, report: Report, proto: onnx.ModelProto, spill) -> None:
     """The graph (fitted to the target) into place atomically, its weights beside it when spilled."""
+    request.tell("writing")
     releases.fit(proto, request.target)  # a cleaned graph that was not verified is fitted here
     if spill is None:
         write_atomically(proto, request.path)
