@@ -24,6 +24,7 @@ from ._deps import Attempt, Report, check_writable, preserved
 from .errors import StreamingError, StreamMismatch
 from .metadata import streaming_metadata
 from .probe import check_states, run_step
+from .shapes import stamp_state_dims
 from .states import StateLayout
 from .step import StepModule, accepts_inputs, step_name
 from .verify_stream import Plan, chunk_at, make_stream, verify_stream
@@ -170,7 +171,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
         graph_inputs, graph_outputs = _graph_specs(d, None, grown)
         first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
         meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, time_axis,
-                                  step_name(step), metadata or {})
+                                  step_name(step), grown, metadata or {})
         batch_ex = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
         batches = list(batches or ([1, batch_ex + 1] if d.batch_dim else [1]))
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
@@ -208,14 +209,18 @@ def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> Streamin
 def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outputs, example, meta, opset, seed,
              batches, init_states, none_first, full_forward, atol, rtol, max_drift) -> Report:
     """One exporter: the graph into a temporary folder beside ``written``, streamed, then renamed into place."""
-    from onnx_compat import export
+    from onnx_compat import export, inspect
     with tempfile.TemporaryDirectory(prefix=".streaming-", dir=os.path.dirname(written)) as folder:
         tmp = os.path.join(folder, os.path.basename(written))
         report = export(step_module, tmp, graph_inputs, graph_outputs, exporter=name, verify=False,
                         examples=[example], metadata=meta, opset=opset, seed=seed, external_data=False)
-        with open(tmp, "rb") as fh:
-            data = fh.read()
-        proto = onnx.load_from_string(data)
+        proto = onnx.load(tmp)
+        stamped = stamp_state_dims(proto, d.layout)
+        if stamped:
+            report.repairs.append("declared state sizes written into the graph's outputs: " + "; ".join(stamped))
+            onnx.save(proto, tmp)
+            report.outputs = inspect(proto)["outputs"]
+        data = proto.SerializeToString()
         t1 = time.perf_counter()
         try:
             entries = verify_stream(data, proto, step_module, d.inputs, d.outputs, d.layout, d.plan, batches,
