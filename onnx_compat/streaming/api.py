@@ -11,6 +11,7 @@ the stream check hands over to TorchScript, as ``export()`` does.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from .probe import check_states, run_step
 from .shapes import stamp_state_dims
 from .states import StateLayout
 from .step import StepModule, accepts_inputs, step_name
-from .verify_stream import Plan, chunk_at, make_stream, verify_stream
+from .verify_stream import Plan, chunk_at, make_stream, refuse_ignored, verify_stream
 
 
 def _specs(specs, what: str) -> List[TensorSpec]:
@@ -212,8 +213,12 @@ def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outpu
     from onnx_compat import export, inspect
     with tempfile.TemporaryDirectory(prefix=".streaming-", dir=os.path.dirname(written)) as folder:
         tmp = os.path.join(folder, os.path.basename(written))
-        report = export(step_module, tmp, graph_inputs, graph_outputs, exporter=name, verify=False,
-                        examples=[example], metadata=meta, opset=opset, seed=seed, external_data=False)
+        try:
+            report = export(step_module, tmp, graph_inputs, graph_outputs, exporter=name, verify=False,
+                            examples=[example], metadata=meta, opset=opset, seed=seed, external_data=False)
+        except Exception as exc:
+            _name_dropped_state(exc, step_module, d, init_states, seed)
+            raise
         proto = onnx.load(tmp)
         stamped = stamp_state_dims(proto, d.layout)
         if stamped:
@@ -252,3 +257,18 @@ def _check_drift(entries: List[dict], max_drift: Optional[float]) -> None:
             if value > max_drift:
                 raise StreamMismatch(f"output {output!r}: the concatenated stream drifts {value:.3g} from the full "
                                      f"forward (max_drift={max_drift}) at batch {entry['sizes']}", output=output)
+
+
+_DROPPED = re.compile(r"'([^']+)' is not in the graph")
+
+
+def _name_dropped_state(exc: Exception, step_module, d: _Declared, init_states, seed: int) -> None:
+    """``export()`` refuses a graph that dropped an input; when the input is a state, say so by its name."""
+    found = _DROPPED.search(str(exc))
+    names = [s.name for s in d.layout.flat]
+    if not found or found.group(1) not in names:
+        return
+    batch = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
+    init = d.layout.initial(d.sizes, init_states, batch)
+    refuse_ignored(found.group(1), step_module, d.inputs, d.outputs, d.layout, make_stream(d.inputs, d.sizes, d.plan, seed),
+                   d.plan, init)

@@ -139,6 +139,11 @@ def compare(ours: Stream, ref: Stream, out_names: Sequence[str], layout: StateLa
             atol: float, rtol: float) -> Dict[str, float]:
     """Max abs error per output and per state over the whole stream; the first disagreement is an error."""
     errors: Dict[str, float] = {}
+    for spec, ours_changed, ref_changed in zip(layout.flat, ours.changed, ref.changed):
+        if ref_changed and not ours_changed:
+            raise StreamMismatch(f"state {spec.name!r}: the graph returns it unchanged ({spec.output!r} = "
+                                 f"{spec.name!r}) on every call, while PyTorch's step changes it (batch {batch})",
+                                 state=spec.name, batch=batch)
     for c, (got, want) in enumerate(zip(ours.outputs, ref.outputs)):
         for name, g, w in zip(out_names, got, want):
             if not _close(g, w, atol, rtol):
@@ -146,11 +151,6 @@ def compare(ours: Stream, ref: Stream, out_names: Sequence[str], layout: StateLa
                                      f"ONNX {list(g.shape)} vs eager {list(w.shape)}, max abs err {_error(g, w)[0]:.3g}",
                                      output=name, chunk=c, batch=batch)
             errors[name] = max(errors.get(name, 0.0), _error(g, w)[0])
-    for spec, ours_changed, ref_changed in zip(layout.flat, ours.changed, ref.changed):
-        if ref_changed and not ours_changed:
-            raise StreamMismatch(f"state {spec.name!r}: the graph returns it unchanged ({spec.output!r} = "
-                                 f"{spec.name!r}) on every call, while PyTorch's step changes it (batch {batch})",
-                                 state=spec.name, batch=batch)
     for c, (got, want) in enumerate(zip(ours.states, ref.states)):
         for spec, g, w in zip(layout.flat, got, want):
             if not _close(g, w, atol, rtol):
@@ -179,15 +179,21 @@ def unread_states(proto: onnx.ModelProto, layout: StateLayout) -> List[str]:
 def check_unread(proto, step: StepModule, inputs, outputs, layout, stream, plan, init) -> None:
     """An unread state input is an error when perturbing it changes the eager step's results."""
     for name in unread_states(proto, layout):
-        k = [s.name for s in layout.flat].index(name)
-        chunk = chunk_at(inputs, stream, plan, 0)
-        base = run_step(step, chunk, init, outputs, plan.chunk)
-        moved = list(init)
-        moved[k] = _perturbed(init[k])
-        other = run_step(step, chunk, moved, outputs, plan.chunk)
-        if any(_changed(a, b) for a, b in zip(base.outputs + base.states, other.outputs + other.states)):
-            raise StreamMismatch(f"state {name!r}: the graph ignores this input, but PyTorch's step depends on it "
-                                 "(its outputs change when the state does)", state=name)
+        refuse_ignored(name, step, inputs, outputs, layout, stream, plan, init)
+
+
+def refuse_ignored(name: str, step: StepModule, inputs, outputs, layout, stream, plan, init) -> None:
+    """The graph does not read state ``name``: an error naming it if the eager step depends on it."""
+    k = [s.name for s in layout.flat].index(name)
+    chunk = chunk_at(inputs, stream, plan, 0)
+    base = run_step(step, chunk, init, outputs, plan.chunk)
+    moved = list(init)
+    moved[k] = _perturbed(init[k])
+    other = run_step(step, chunk, moved, outputs, plan.chunk)
+    if any(_changed(a, b) for a, b in zip(base.outputs + base.states, other.outputs + other.states)):
+        raise StreamMismatch(f"state {name!r}: the graph ignores this input, but PyTorch's step depends on it (its "
+                             "results change when the state does); a state read through .item(), float(), int() "
+                             "or .tolist() is frozen by a trace: compute with it as a tensor", state=name)
 
 
 def _perturbed(t: torch.Tensor) -> torch.Tensor:
@@ -229,7 +235,15 @@ def verify_stream(model_bytes: bytes, proto: onnx.ModelProto, step: StepModule, 
             check_unread(proto, step, inputs, outputs, layout, stream, plan, init)
         ref = eager_stream(step, inputs, outputs, stream, plan, init, none_first)
         ours = onnx_stream(sess, inputs, outputs, layout, stream, plan, init)
-        errors = compare(ours, ref, out_names, layout, batch, atol, rtol)
+        try:
+            errors = compare(ours, ref, out_names, layout, batch, atol, rtol)
+        except StreamMismatch as exc:
+            if none_first and exc.chunk == 0:
+                raise StreamMismatch(f"{exc} [none_first: PyTorch's first call took the model's own None branch, "
+                                     "the graph's started from the declared initial states: they are not what None "
+                                     "means; give init_states=]", state=exc.state, output=exc.output, chunk=0,
+                                     batch=batch) from exc
+            raise
         checks = [{"name": n, "max_abs_err": e, "max_rel_err": None, "ok": True, "degenerate": _flat(ref, n, out_names)}
                   for n, e in errors.items()]
         entry = {"sizes": {**at, "chunks": plan.chunks}, "outputs": checks, "error": None, "example": False,
