@@ -499,3 +499,31 @@ def test_nested_states_are_flattened_with_their_paths(tmp_path):
         ("memory0", "states0[0][0]"), ("count0", "states0[0][1]"), ("memory1", "states0[1][0]"),
         ("count1", "states0[1][1]")]
     assert [i.name for i in onnx.load(path).graph.input] == ["data", "memory0", "count0", "memory1", "count1"]
+
+
+# ---------------------------------------------------------------- CLI function (wired into onnx-compat by the lead)
+
+def _cli(argv):
+    import argparse
+    from onnx_compat.streaming import cli
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    return cli.run(parser.parse_args(["export-streaming"] + argv))
+
+
+def test_cli_exports_a_factory(tmp_path, capsys):
+    out, report = tmp_path / "lstm.onnx", tmp_path / "report.json"
+    assert _cli(["onnx_compat.models.lstm_encoder:streaming_job", "--out", str(out), "--exporter", "torchscript",
+                 "--json", str(report), "--batch", "1", "--batch", "2", "--chunks", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "drift       {'batch': 2, 'chunks': 5}" in printed
+    saved = json.loads(report.read_text())
+    assert [e["sizes"]["batch"] for e in saved["verification"]] == [1, 2]
+    assert "streaming.states" in {p.key for p in onnx.load(str(out)).metadata_props}
+
+
+def test_cli_factory_errors(tmp_path):
+    from onnx_compat.streaming.cli import FactoryError
+    with pytest.raises(FactoryError, match="must return a dict with"):
+        _cli(["onnx_compat.models.blstm:build", "--out", str(tmp_path / "x.onnx")])
+    assert os.listdir(tmp_path) == []
