@@ -527,3 +527,21 @@ def test_cli_factory_errors(tmp_path):
     with pytest.raises(FactoryError, match="must return a dict with"):
         _cli(["onnx_compat.models.blstm:build", "--out", str(tmp_path / "x.onnx")])
     assert os.listdir(tmp_path) == []
+
+
+class _WithLengths(_Step):
+    def step(self, h, x=None, lengths=None):
+        y = self.lin(x) + h
+        return y, lengths, y[:, -1:]
+
+
+def test_chunk_with_lengths_by_keyword(tmp_path):
+    """The RETURNN convention in a stream: data + data:size1 in, output + output:size1 out, a dynamic chunk."""
+    time = Dim("time")
+    path = str(tmp_path / "step.onnx")
+    report = export_streaming(_WithLengths().step, path,
+                              [TensorSpec("data", [B, time, F_IN], lengths=[1], arg="x", length_args={1: "lengths"})],
+                              [StateSpec("h", [B, 1, F_IN])], [TensorSpec("output", [B, time, F_IN], lengths=[1])],
+                              exporter="torchscript", chunk=4)
+    assert [i.name for i in onnx.load(path).graph.input] == ["data", "data:size1", "h"]
+    assert report.verification[1]["sizes"] == {"batch": 3, "time": 4, "chunks": 6} and not report.degenerate

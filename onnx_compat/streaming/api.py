@@ -119,7 +119,7 @@ def _check_initial(layout: StateLayout, init: List[torch.Tensor], sizes: Mapping
                                  f"{len(spec.dims)}", state=spec.name)
 
 
-def _graph_specs(d: _Declared, got, grown: Dict[str, str]):
+def _graph_specs(d: _Declared, grown: Dict[str, str]):
     """Specs ``export()`` sees: chunk inputs then states; outputs then new states (a grown dim renamed)."""
     inputs = [TensorSpec(s.name, s.dims, s.dtype, s.lengths, s.lengths_dtype, values=s.values) for s in d.inputs]
     inputs += [s.input_spec() for s in d.layout.flat]
@@ -160,8 +160,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     if exporter not in ("auto", "dynamo", "torchscript"):
         raise ValueError(f"unknown exporter {exporter!r}; choose from ('dynamo', 'torchscript', 'auto')")
     d = _declare(inputs, states, outputs, chunk, shift, right_context, time_axis, chunks)
-    n_args = len(d.inputs) + sum(len(s.lengths) for s in d.inputs if s.arg is None) - \
-        sum(1 for s in d.inputs if s.arg is not None)
+    n_args = sum(1 for s in d.inputs for name in [s.arg] + [s.length_args.get(a) for a in s.lengths] if name is None)
     if not accepts_inputs(step, n_args + len(d.layout.items)):
         raise StreamingError(f"{step_name(step)} cannot take {n_args} chunk input(s) and {len(d.layout.items)} state "
                              f"argument(s) positionally; check inputs= and states=", state=d.layout.flat[0].name)
@@ -169,7 +168,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     step_module = StepModule(step, d.inputs, d.layout, module)
     with preserved(step_module):
         example, _, grown, in_place = _example(step_module, d, init_states, none_first, seed)
-        graph_inputs, graph_outputs = _graph_specs(d, None, grown)
+        graph_inputs, graph_outputs = _graph_specs(d, grown)
         first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
         meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, time_axis,
                                   step_name(step), grown, metadata or {})

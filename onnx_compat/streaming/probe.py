@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ..spec import Dim, TensorSpec
+from ._deps import flatten
 from .errors import StreamingError
 from .states import StateLayout, StateSpec
 from .step import StepModule
@@ -65,7 +66,6 @@ def run_step(step: StepModule, chunk: Sequence[torch.Tensor], states: Sequence[O
                                  f"{type(exc).__name__}: {exc}", chunk=chunk_size, batch=int(chunk[0].shape[0])) from exc
     if watch:
         _check_module_unchanged(step.owner, before_scalars, before_buffers)
-    from ._deps import flatten
     flat = flatten(result)
     n_out = sum(len(spec.onnx_names) for spec in outputs)
     _check_count(len(flat), n_out, layout)

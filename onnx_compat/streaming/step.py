@@ -43,7 +43,9 @@ class StepModule(torch.nn.Module):
         self.owner = owner  # registered: its weights are exported and preserved
         self._method = None if isinstance(step, torch.nn.Module) or owner_of(step) is None else step.__func__
         self._fn = None if owner_of(step) is not None else step
-        self.arg_names = [spec.arg for spec in inputs] + [None] * sum(len(s.lengths) for s in inputs)
+        # ONNX order: each tensor, then its lengths; a name is a keyword argument of the step, None positional
+        self.arg_names = [name for spec in inputs
+                          for name in [spec.arg] + [spec.length_args.get(axis) for axis in spec.lengths]]
         self.n_inputs = sum(len(spec.onnx_names) for spec in inputs)
         self.layout = layout
 
@@ -51,8 +53,7 @@ class StepModule(torch.nn.Module):
         """The user's step on one chunk, states nested as declared (``None`` passed through)."""
         args: List = []
         kwargs = {}
-        names = [spec_arg for spec_arg in self.arg_names]
-        for name, tensor in zip(names, chunk):
+        for name, tensor in zip(self.arg_names, chunk):
             if name is None:
                 args.append(tensor)
             else:
