@@ -230,7 +230,8 @@ def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outpu
             entries = verify_stream(data, proto, step_module, d.inputs, d.outputs, d.layout, d.plan, batches,
                                     d.sizes, d.batch_dim, init_states, none_first, full_forward, atol, rtol, seed + 1)
         except StreamMismatch as exc:
-            baked = report.warnings.get("baked", [])
+            # a number read from a tensor (.item(), int()) first: the usual cache-slicing culprit
+            baked = sorted(report.warnings.get("baked", []), key=lambda w: "Python number" not in w)
             if baked:
                 raise StreamMismatch(f"{exc} [the {name} trace froze a value the step computed in Python ({baked[0]}): "
                                      "a cache sliced by a length read with .item()/int() runs right only at the "

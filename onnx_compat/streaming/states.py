@@ -114,7 +114,9 @@ class StateLayout:
         return dict(zip((s.name for s in self.flat), self.paths))
 
     def nest(self, tensors: Sequence[Optional[torch.Tensor]]) -> List:
-        """The step's state arguments from flat tensors (``None`` stays ``None``)."""
+        """The step's state arguments from flat tensors; all ``None`` (a first call): each argument is ``None``."""
+        if all(t is None for t in tensors):
+            return [None] * len(self.items)
         it = iter(tensors)
         return [self._fill(item, it) for item in self.items]
 
