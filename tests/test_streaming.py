@@ -456,10 +456,20 @@ class _ItemSlice(_Step):
 
 def test_item_sliced_cache_is_refused_by_a_trace(tmp_path):
     states = [StateSpec("cache", [B, 8, F_IN]), StateSpec("seen", [1], torch.int64)]
-    with pytest.raises(StreamMismatch, match=r"froze a value .*\.item\(\)") as err:
+    with pytest.raises(StreamMismatch, match=r"froze a value .*state 'seen' is read as a Python value \(\.item\(\) at "
+                       + r".*test_streaming.py:\d+\)") as err:
         _export(tmp_path, _ItemSlice().step, states)
-    assert err.value.chunk is not None and err.value.output == "output"
+    assert err.value.chunk is not None and err.value.output == "output" and err.value.state == "seen"
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter in this torch")
+def test_item_sliced_cache_streams_through_dynamo(tmp_path):
+    """dynamo keeps the number symbolic: the same step streams right, and the report says what a trace would do."""
+    states = [StateSpec("cache", [B, 8, F_IN]), StateSpec("seen", [1], torch.int64)]
+    _, report = _export(tmp_path, _ItemSlice().step, states, exporter="auto")
+    assert report.exporter == "dynamo" and all(e["ok"] for e in report.verification)
+    assert any("state 'seen' is read as a Python value (.item()" in f for f in report.findings)
 
 
 class _NoneFirst(_Step):

@@ -6,3 +6,4 @@ from ..report import Attempt, Report  # noqa: F401
 from ..safety import check_writable, preserved  # noqa: F401
 from ..verify import session  # noqa: F401
 from ..io_adapter import flatten  # noqa: F401
+from ..flags import HAS_DYNAMO  # noqa: F401

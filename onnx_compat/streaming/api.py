@@ -21,7 +21,7 @@ import onnx
 import torch
 
 from ..spec import Dim, TensorSpec
-from ._deps import Attempt, Report, check_writable, preserved
+from ._deps import HAS_DYNAMO, Attempt, Report, check_writable, preserved
 from .errors import StreamingError, StreamMismatch
 from .metadata import streaming_metadata
 from .probe import check_states, run_step
@@ -92,11 +92,13 @@ def _example(step: StepModule, d: _Declared, init_fn, none_first: bool, seed: in
     states = [None] * len(init) if none_first else init
     grown: Dict[str, str] = {}
     in_place: List[str] = []
+    reads: List = []
     for c in range(3):
         chunk = chunk_at(d.inputs, stream, d.plan, c)
         got = run_step(step, chunk, states, d.outputs, d.plan.chunk, watch=True)
         grown.update(check_states(d.layout, init if states[0] is None else states, got.states, d.sizes))
         in_place += [n for n in got.updated_in_place if n not in in_place]
+        reads += [r for r in got.python_reads if r not in reads]
         if c == 2:
             break
         states = got.states
@@ -104,7 +106,7 @@ def _example(step: StepModule, d: _Declared, init_fn, none_first: bool, seed: in
     # contiguous copies: a narrowed view's strides reach the dynamo exporter as symbolic strides it cannot export
     example = {**dict(zip(names, chunk)), **{s.name: v for s, v in zip(d.layout.flat, states)}}
     example = {k: v.contiguous().clone() for k, v in example.items()}
-    return example, got, grown, in_place
+    return example, grown, in_place, reads
 
 
 def _check_initial(layout: StateLayout, init: List[torch.Tensor], sizes: Mapping[str, int]) -> None:
@@ -167,21 +169,21 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     written = check_writable(path)
     step_module = StepModule(step, d.inputs, d.layout, module)
     with preserved(step_module):
-        example, _, grown, in_place = _example(step_module, d, init_states, none_first, seed)
+        example, grown, in_place, reads = _example(step_module, d, init_states, none_first, seed)
         graph_inputs, graph_outputs = _graph_specs(d, grown)
         first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
         meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, time_axis,
                                   step_name(step), grown, metadata or {})
         batch_ex = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
         batches = list(batches or ([1, batch_ex + 1] if d.batch_dim else [1]))
-        order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
+        order = (["dynamo", "torchscript"] if HAS_DYNAMO else ["torchscript"]) if exporter == "auto" else [exporter]
         attempts: List[Attempt] = []
         failures: List[Exception] = []
         for name in order:
             t0 = time.perf_counter()
             try:
                 report = _attempt(name, step_module, written, d, graph_inputs, graph_outputs, example, meta, opset,
-                                  seed, batches, init_states, none_first, full_forward, atol, rtol, max_drift)
+                                  seed, batches, init_states, none_first, full_forward, atol, rtol, max_drift, reads)
             except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
                 if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch):
                     raise
@@ -207,7 +209,7 @@ def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> Streamin
 
 
 def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outputs, example, meta, opset, seed,
-             batches, init_states, none_first, full_forward, atol, rtol, max_drift) -> Report:
+             batches, init_states, none_first, full_forward, atol, rtol, max_drift, reads) -> Report:
     """One exporter: the graph into a temporary folder beside ``written``, streamed, then renamed into place."""
     from onnx_compat import export, inspect
     with tempfile.TemporaryDirectory(prefix=".streaming-", dir=os.path.dirname(written)) as folder:
@@ -232,14 +234,16 @@ def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outpu
         except StreamMismatch as exc:
             # a number read from a tensor (.item(), int()) first: the usual cache-slicing culprit
             baked = sorted(report.warnings.get("baked", []), key=lambda w: "Python number" not in w)
-            if baked:
-                raise StreamMismatch(f"{exc} [the {name} trace froze a value the step computed in Python ({baked[0]}): "
+            if baked or reads:
+                cause = "; ".join(r.text() for r in reads) or baked[0]
+                raise StreamMismatch(f"{exc} [the {name} trace froze a value the step computed in Python ({cause}): "
                                      "a cache sliced by a length read with .item()/int() runs right only at the "
                                      "chunk it was traced at; compute it with tensor ops]",
-                                     state=exc.state, output=exc.output, chunk=exc.chunk, batch=exc.batch,
-                                     exporter=name) from exc
+                                     state=exc.state or (reads[0].state if reads else None), output=exc.output,
+                                     chunk=exc.chunk, batch=exc.batch, exporter=name) from exc
             raise
         _check_drift(entries, max_drift)
+        report.findings += [f"{r.text()}: a trace would freeze it; this graph streamed right" for r in reads]
         report.timings["verify_stream"] = time.perf_counter() - t1
         os.replace(tmp, written)
     report.path = written

@@ -18,6 +18,7 @@ state, attribute or buffer that causes them, and nothing is written:
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -26,6 +27,7 @@ import torch
 from ..spec import Dim, TensorSpec
 from ._deps import flatten
 from .errors import StreamingError
+from .python_reads import PythonRead, StateReads, named
 from .states import StateLayout, StateSpec
 from .step import StepModule
 
@@ -37,6 +39,7 @@ class StepResult:
     outputs: List[torch.Tensor]
     states: List[torch.Tensor]
     updated_in_place: List[str] = field(default_factory=list)
+    python_reads: List[PythonRead] = field(default_factory=list)
 
 
 def _module_scalars(owner: Optional[torch.nn.Module]) -> Dict[Tuple[str, str], object]:
@@ -58,7 +61,8 @@ def run_step(step: StepModule, chunk: Sequence[torch.Tensor], states: Sequence[O
     layout = step.layout
     before_scalars, before_buffers = (_module_scalars(step.owner), _module_buffers(step.owner)) if watch else ({}, {})
     given = [None if s is None else s.clone() for s in states]
-    with torch.no_grad():
+    reads = StateReads(named(given, [s.name for s in layout.flat])) if watch else contextlib.nullcontext()
+    with torch.no_grad(), reads:
         try:
             result = step.call(list(chunk), given)
         except Exception as exc:  # noqa: BLE001 - the model's own refusal, reported with the chunk size
@@ -71,7 +75,7 @@ def run_step(step: StepModule, chunk: Sequence[torch.Tensor], states: Sequence[O
     _check_count(len(flat), n_out, layout)
     in_place = [spec.name for spec, old, new in zip(layout.flat, states, given)
                 if old is not None and new is not None and (old.shape != new.shape or not torch.equal(old, new))]
-    return StepResult(list(flat[:n_out]), list(flat[n_out:]), in_place)
+    return StepResult(list(flat[:n_out]), list(flat[n_out:]), in_place, reads.reads if watch else [])
 
 
 def _check_count(returned: int, n_out: int, layout: StateLayout) -> None:
