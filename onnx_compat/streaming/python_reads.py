@@ -9,6 +9,7 @@ turned into a Python value, so an error can name the state and the line.
 """
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
@@ -18,7 +19,6 @@ from torch.overrides import TorchFunctionMode
 
 _READS = {torch.Tensor.item: ".item()", torch.Tensor.__int__: "int()", torch.Tensor.__float__: "float()",
           torch.Tensor.__bool__: "bool()", torch.Tensor.__index__: "an index", torch.Tensor.tolist: ".tolist()"}
-_HERE = __file__.rstrip("c")
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def _tensors(value) -> List[torch.Tensor]:
 
 def _caller() -> str:
     """The innermost frame outside torch and this package: the line that read the value."""
-    torch_dir = torch.__file__.rsplit("/", 1)[0]
+    torch_dir = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchaudio is not torch
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not frame.filename.startswith(torch_dir) and "onnx_compat/streaming" not in frame.filename:
             return f"{frame.filename}:{frame.lineno}"
