@@ -169,21 +169,15 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     written = check_writable(path)
     step_module = StepModule(step, d.inputs, d.layout, module)
     with preserved(step_module):
-        example, grown, in_place, reads = _example(step_module, d, init_states, none_first, seed)
-        graph_inputs, graph_outputs = _graph_specs(d, grown)
-        first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
-        meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, time_axis,
-                                  step_name(step), grown, metadata or {})
-        batch_ex = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
-        batches = list(batches or ([1, batch_ex + 1] if d.batch_dim else [1]))
+        job = _prepare(step_module, step_name(step), d, init_states, none_first, full_forward, batches, metadata,
+                       opset, seed, atol, rtol, max_drift)
         order = (["dynamo", "torchscript"] if HAS_DYNAMO else ["torchscript"]) if exporter == "auto" else [exporter]
         attempts: List[Attempt] = []
         failures: List[Exception] = []
         for name in order:
             t0 = time.perf_counter()
             try:
-                report = _attempt(name, step_module, written, d, graph_inputs, graph_outputs, example, meta, opset,
-                                  seed, batches, init_states, none_first, full_forward, atol, rtol, max_drift, reads)
+                report = _attempt(name, job, written)
             except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
                 if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch):
                     raise
@@ -193,32 +187,74 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
             report.attempts = attempts + report.attempts
             report.why = "requested" if exporter != "auto" else \
                 "dynamo exported and streamed" if name == "dynamo" else "fallback: dynamo did not export or stream"
-            if in_place:
-                report.repairs.append(f"states updated in place by the step, given copies: {in_place}")
+            if job.in_place:
+                report.repairs.append(f"states updated in place by the step, given copies: {job.in_place}")
             report.timings["total"] = time.perf_counter() - t_start
             return report
     raise _no_exporter(attempts, failures)
 
 
-def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> StreamingError:
-    text = "no exporter produced a graph that streams like PyTorch: " + "; ".join(
-        f"{a.exporter}: {a.error}" for a in attempts)
+@dataclass
+class _Job:
+    """Everything an exporter attempt needs, settled before the first one."""
+
+    step: StepModule
+    declared: _Declared
+    graph_inputs: List[TensorSpec]
+    graph_outputs: List[TensorSpec]
+    example: Dict[str, torch.Tensor]
+    metadata: Dict[str, str]
+    in_place: List[str]
+    reads: list  # PythonRead: states the step reads as Python values
+    batches: List[int]
+    init_states: Optional[Callable]
+    none_first: bool
+    full_forward: Optional[Callable]
+    opset: Optional[int]
+    seed: int
+    atol: float
+    rtol: float
+    max_drift: Optional[float]
+
+
+def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forward, batches, metadata, opset, seed,
+             atol, rtol, max_drift) -> _Job:
+    """The eager pre-pass, the graph's specs and metadata, and the verification's batch sizes."""
+    example, grown, in_place, reads = _example(step_module, d, init_states, none_first, seed)
+    graph_inputs, graph_outputs = _graph_specs(d, grown)
+    first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
+    meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, d.plan.time_axis,
+                              name, grown, metadata or {})
+    batch_ex = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
+    batches = list(batches or ([1, batch_ex + 1] if d.batch_dim else [1]))
+    return _Job(step_module, d, graph_inputs, graph_outputs, example, meta, in_place, reads, batches, init_states,
+                none_first, full_forward, opset, seed, atol, rtol, max_drift)
+
+
+def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> Exception:
+    """The stream's own error (with its culprit fields) when a graph was made; else the exporters' ``ExportError``."""
+    from onnx_compat import ExportError
+    text = "; ".join(f"{a.exporter}: {a.error}" for a in attempts)
     first = next((f for f in failures if isinstance(f, StreamingError)), None)
-    fields = {k: getattr(first, k) for k in ("state", "output", "chunk", "batch")} if first else {}
-    return StreamMismatch(text, exporter=attempts[-1].exporter if attempts else None, **fields)
+    if first is None:
+        return ExportError("no exporter produced a graph of the step: " + text)
+    fields = {k: getattr(first, k) for k in ("state", "output", "chunk", "batch")}
+    return StreamMismatch("no exporter produced a graph that streams like PyTorch: " + text,
+                          exporter=attempts[-1].exporter, **fields)
 
 
-def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outputs, example, meta, opset, seed,
-             batches, init_states, none_first, full_forward, atol, rtol, max_drift, reads) -> Report:
+def _attempt(name: str, job: _Job, written: str) -> Report:
     """One exporter: the graph into a temporary folder beside ``written``, streamed, then renamed into place."""
     from onnx_compat import export, inspect
+    d = job.declared
     with tempfile.TemporaryDirectory(prefix=".streaming-", dir=os.path.dirname(written)) as folder:
         tmp = os.path.join(folder, os.path.basename(written))
         try:
-            report = export(step_module, tmp, graph_inputs, graph_outputs, exporter=name, verify=False,
-                            examples=[example], metadata=meta, opset=opset, seed=seed, external_data=False)
+            report = export(job.step, tmp, job.graph_inputs, job.graph_outputs, exporter=name, verify=False,
+                            examples=[job.example], metadata=job.metadata, opset=job.opset, seed=job.seed,
+                            external_data=False)
         except Exception as exc:
-            _name_dropped_state(exc, step_module, d, init_states, seed)
+            _name_dropped_state(exc, job.step, d, job.init_states, job.seed)
             raise
         proto = onnx.load(tmp)
         stamped = stamp_state_dims(proto, d.layout)
@@ -226,24 +262,15 @@ def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outpu
             report.repairs.append("declared state sizes written into the graph's outputs: " + "; ".join(stamped))
             onnx.save(proto, tmp)
             report.outputs = inspect(proto)["outputs"]
-        data = proto.SerializeToString()
         t1 = time.perf_counter()
         try:
-            entries = verify_stream(data, proto, step_module, d.inputs, d.outputs, d.layout, d.plan, batches,
-                                    d.sizes, d.batch_dim, init_states, none_first, full_forward, atol, rtol, seed + 1)
+            entries = verify_stream(proto.SerializeToString(), proto, job.step, d.inputs, d.outputs, d.layout, d.plan,
+                                    job.batches, d.sizes, d.batch_dim, job.init_states, job.none_first,
+                                    job.full_forward, job.atol, job.rtol, job.seed + 1)
         except StreamMismatch as exc:
-            # a number read from a tensor (.item(), int()) first: the usual cache-slicing culprit
-            baked = sorted(report.warnings.get("baked", []), key=lambda w: "Python number" not in w)
-            if baked or reads:
-                cause = "; ".join(r.text() for r in reads) or baked[0]
-                raise StreamMismatch(f"{exc} [the {name} trace froze a value the step computed in Python ({cause}): "
-                                     "a cache sliced by a length read with .item()/int() runs right only at the "
-                                     "chunk it was traced at; compute it with tensor ops]",
-                                     state=exc.state or (reads[0].state if reads else None), output=exc.output,
-                                     chunk=exc.chunk, batch=exc.batch, exporter=name) from exc
-            raise
-        _check_drift(entries, max_drift)
-        report.findings += [f"{r.text()}: a trace would freeze it; this graph streamed right" for r in reads]
+            raise _with_cause(exc, name, report, job.reads) from exc
+        _check_drift(entries, job.max_drift)
+        report.findings += [f"{r.text()}: a trace would freeze it; this graph streamed right" for r in job.reads]
         report.timings["verify_stream"] = time.perf_counter() - t1
         os.replace(tmp, written)
     report.path = written
@@ -251,6 +278,19 @@ def _attempt(name, step_module, written, d: _Declared, graph_inputs, graph_outpu
     report.max_abs_err = max((o["max_abs_err"] for e in entries for o in e["outputs"]), default=0.0)
     report.degenerate = sorted({o["name"] for e in entries for o in e["outputs"] if o["degenerate"]})
     return report
+
+
+def _with_cause(exc: StreamMismatch, exporter: str, report: Report, reads) -> StreamMismatch:
+    """A mismatch after a trace that froze values: the state read as a Python value (or the warning) as the cause."""
+    # a number read from a tensor (.item(), int()) first: the usual cache-slicing culprit
+    baked = sorted(report.warnings.get("baked", []), key=lambda w: "Python number" not in w)
+    if exporter != "torchscript" or not (baked or reads):
+        return exc
+    cause = "; ".join(r.text() for r in reads) or baked[0]
+    return StreamMismatch(f"{exc} [the {exporter} trace froze a value the step computed in Python ({cause}): a cache "
+                          "sliced by a length read with .item()/int() runs right only at the chunk it was traced at; "
+                          "compute it with tensor ops]", state=exc.state or (reads[0].state if reads else None),
+                          output=exc.output, chunk=exc.chunk, batch=exc.batch, exporter=exporter)
 
 
 def _check_drift(entries: List[dict], max_drift: Optional[float]) -> None:
