@@ -29,11 +29,11 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import numpy as np
 import onnx
 from onnx.helper import tensor_dtype_to_np_dtype
-from onnxruntime.quantization.qdq_loss_debug import (collect_activations, compute_signal_to_quantization_noice_ratio,
-                                                     modify_model_output_intermediate_tensors)
+from onnxruntime.quantization.qdq_loss_debug import collect_activations, modify_model_output_intermediate_tensors
 from onnxruntime.quantization.quant_utils import DEQUANT_OUTPUT_SUFFIX
 
 from .calibration import FeedsReader
+from .measures import snr_db
 
 
 @dataclass
@@ -61,17 +61,6 @@ def activations(path: str, feeds: Sequence[Dict[str, np.ndarray]], workdir: str,
         os.unlink(augmented)
 
 
-def snr(reference: list, got: list) -> float:
-    """ONNX Runtime's SNR in dB; identical tensors (zeros included) are +inf, non-finite ones -inf."""
-    ref = [np.asarray(r, dtype=np.float64).ravel() for r in reference]
-    out = [np.asarray(g, dtype=np.float64).ravel() for g in got]
-    if not all(np.isfinite(g).all() for g in out):
-        return -math.inf
-    if all(np.array_equal(r, g) for r, g in zip(ref, out)):
-        return math.inf
-    return float(compute_signal_to_quantization_noice_ratio(ref, out))
-
-
 def _noise(snr_db: float) -> float:
     return 10.0 ** (-snr_db / 10.0) if math.isfinite(snr_db) else (math.inf if snr_db < 0 else 0.0)
 
@@ -91,8 +80,8 @@ class AddedNoise:
             outs = [(o, q) for o, q in outs if q is not None]
             if not outs or not _wanted(node, op_types, skip):
                 continue
-            out_db = min(snr(reference[o], q) for o, q in outs)
-            in_db = min((snr(reference[i], quantized_acts[i]) for i in node.input
+            out_db = min(snr_db(reference[o], q) for o, q in outs)
+            in_db = min((snr_db(reference[i], quantized_acts[i]) for i in node.input
                          if i in reference and i in quantized_acts), default=math.inf)
             found.append(Culprit([node.name], [node.op_type], node.name, _noise(out_db) - _noise(in_db), out_db))
         return found

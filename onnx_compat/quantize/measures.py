@@ -37,10 +37,19 @@ class Snr:
     best: float = math.inf  # identical outputs
 
     def score(self, got: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> float:
-        g, r = got[mask].astype(np.float64), ref[mask].astype(np.float64)
-        if r.size == 0:
-            return math.inf
-        return float(compute_signal_to_quantization_noice_ratio(r, g))
+        return snr_db([ref[mask]], [got[mask]])
+
+
+def snr_db(reference: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> float:
+    """ONNX Runtime's SNR (dB) of ``got`` against ``reference`` (lists of arrays taken together); identical
+    values (zeros, nothing at all) are +inf rather than its epsilon floor, non-finite ones -inf."""
+    ref = [np.asarray(r, dtype=np.float64).ravel() for r in reference]
+    out = [np.asarray(g, dtype=np.float64).ravel() for g in got]
+    if not all(np.isfinite(g).all() for g in out):
+        return -math.inf
+    if all(np.array_equal(r, g) for r, g in zip(ref, out)):
+        return math.inf
+    return float(compute_signal_to_quantization_noice_ratio(ref, out))
 
 
 @dataclass(frozen=True)
