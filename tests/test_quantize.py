@@ -222,3 +222,14 @@ def test_measures_mask_padding_and_decode_ctc():
     assert CtcAgreement(blank=2).score(got, ref, mask) == 1.0
     picked = resolve(["snr", "ctc:blank=4"], {"output/snr": 30}, ["output"])["output"]
     assert picked[0].threshold == 30 and picked[1].blank == 4
+
+
+def test_benchmark_smoke(capsys):
+    """benchmarks/quantize.py at its tiny size, so it cannot rot (not timed)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import quantize as bench
+    rows = bench.main(["--tiny", "--runs", "1", "--recipes", "int8-dynamic,fp16"])
+    assert [r[1] for r in rows] == ["float", "int8-dynamic", "fp16"] * 3
+    assert all(r[2] != "-" for r in rows), [r for r in rows if r[2] == "-"]
+    assert "| model | recipe |" in capsys.readouterr().out

@@ -54,7 +54,7 @@ def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe, out:
     proven = _proven(report, onnx_path, job["recipe"].name)
     out = _out_path(out, onnx_path, job["recipe"].name)
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
-        float_copy = _working_copy(onnx.load(onnx_path), work)
+        float_copy = _working_copy(onnx.load(onnx_path), work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
         result.float_path, result.float_report = onnx_path, proven
         write_atomically(onnx.load(made), out)
@@ -75,7 +75,7 @@ def finish_export(proto: onnx.ModelProto, path: str, model: torch.nn.Module, inp
     _proven(report, None, job["recipe"].name)
     float_path = float_path_for(path)
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
-        float_copy = _working_copy(proto, work)
+        float_copy = _working_copy(proto, work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
         write_atomically(proto, float_path)
         write_atomically(onnx.load(made), path)
@@ -173,8 +173,12 @@ def _out_path(out: Optional[str], onnx_path: str, recipe: str) -> str:
     return out
 
 
-def _working_copy(proto: onnx.ModelProto, work: str) -> str:
+def _working_copy(proto: onnx.ModelProto, work: str, recipe: str) -> str:
     """The float model in ``work``, every node named (exclusion names nodes), weights inline."""
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        raise QuantizationError("the float model keeps its weights in an external data file, which the quantizers "
+                                "here are not run on: quantize a model under 2 GB written without external_data",
+                                recipe=recipe)
     copy = onnx.ModelProto.FromString(proto.SerializeToString())
     taken = {n.name for n in copy.graph.node}
     for k, node in enumerate(copy.graph.node):
@@ -213,12 +217,13 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
     t = time.perf_counter()
     result, excluded = first, []
     if not first.ok:
-        result, excluded = exclusion.exclude_until_met(make, check, float_path, made, job["feeds"][:RANKING_FEEDS],
-                                                       recipe.op_types, work, limit)
+        result, excluded = exclusion.exclude_until_met(make, check, first, float_path, made,
+                                                       job["feeds"][:RANKING_FEEDS], recipe.op_types, work, limit)
         timings["exclusion"] = time.perf_counter() - t
     if not result.ok:
         raise _missed(recipe.name, first, result, excluded)
-    report = QuantReport(recipe.name, getattr(recipe, "about", ""), calibration=job["calibration"] if reader is not None else None,
+    calibrated = job["calibration"] if recipe.calibrated else None
+    report = QuantReport(recipe.name, getattr(recipe, "about", ""), calibration=calibrated,
                          measures={o: [f"{m.name} >= {m.threshold:g}" for m in ms] for o, ms in chosen.items()},
                          verification=result.to_dict(), excluded=[c.to_dict() for c in excluded], timings=timings)
     size, float_size = os.path.getsize(made), os.path.getsize(float_path)
