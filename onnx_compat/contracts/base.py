@@ -96,6 +96,18 @@ class Port:
                 out.append(Finding(f"{name} dim {i} ({axis.letter}) of {shape}", wrong, repr(got)))
         return out
 
+    def spec_layout_findings(self, where: str, name: str, dims) -> List[Finding]:
+        """A declared ``TensorSpec``'s dims against the layout: a ``Dim`` is symbolic, an int static."""
+        shape = "[" + ", ".join(a.letter for a in self.layout) + "]"
+        found = []
+        for i, (axis, dim) in enumerate(zip(self.layout, dims)):
+            got = dim if isinstance(dim, int) else getattr(dim, "name", "symbolic")
+            wrong = axis.check(got if isinstance(dim, int) else str(got))
+            if wrong:
+                found.append(Finding(f"{where} ({self.role}) {name!r} dim {i} ({axis.letter}) of {shape}", wrong,
+                                     f"Dim({got!r})" if not isinstance(dim, int) else repr(dim)))
+        return found
+
     def spec_dtype_ok(self, dtype: torch.dtype) -> bool:
         return str(dtype).replace("torch.", "").replace("float32", "float") == self.dtype
 
@@ -199,10 +211,13 @@ class Contract:
         for i, (port, (name, spec, axis)) in enumerate(zip(self.inputs, names)):
             dtype = spec.dtype if axis is None else spec.lengths_dtype
             rank = len(spec.dims) if axis is None else 1
+            dims = spec.dims if axis is None else (spec.dims[0],)
             if not port.spec_dtype_ok(dtype) or rank != len(port.layout):
                 found.append(Finding(f"input {i} ({port.role}) {name!r}",
                                      f"{port.dtype} of rank {len(port.layout)}",
                                      f"{str(dtype).replace('torch.', '')} of rank {rank}"))
+            else:
+                found += port.spec_layout_findings(f"input {i}", name, dims)
         outs = [n for s in outputs for n in s.onnx_names]
         if len(outs) < len(self.outputs):
             found.append(Finding("outputs", f"at least {len(self.outputs)}", f"{outs}"))
