@@ -5,3 +5,4 @@ lines change.
 """
 from ..graph import load, set_metadata, value_info  # noqa: F401
 from ..rasr import check_rasr  # noqa: F401
+from ..runtimes import Runtime, RuntimeUnavailable  # noqa: F401,E402
