@@ -11,6 +11,7 @@ from typing import List
 
 from ._deps import check_rasr
 from .base import Context, Contract, Finding
+from .native import NativeRasrConsumer
 
 
 def rasr_rules(ctx: Context) -> List[Finding]:
@@ -31,4 +32,5 @@ RASR = Contract(
     outputs=(),
     exact_inputs=False,
     probes=(rasr_rules,),
+    consumers=(NativeRasrConsumer(),),
 )
