@@ -16,11 +16,12 @@ Measured with openvino 2026.4.1 (CPU, f32) against ONNX Runtime:
   ONNX defines, so ONNX Runtime's outputs do not change (verified). A node
   whose ``Y_c`` is used is left as it is and named in the result: the cell
   state at ``len - 1`` is not among the outputs of a run without lengths.
-- A ``Cast`` to the type its input already has (TorchScript returns
-  ``output:size1 = Cast(data:size1)``) is removed by OpenVINO, and with its
-  default input sharing (``compiled_model(feeds)``) the output then reads
-  memory of an earlier call: after a batch of 4, a batch of 2 returned
-  garbage lengths. An ``Identity`` there (what dynamo writes) is right.
+- A graph output made by a ``Cast`` to the type its input already has
+  (TorchScript returns ``output:size1 = Cast(data:size1)``): OpenVINO removes
+  the Cast, and with its default input sharing (``compiled_model(feeds)``)
+  the output then reads memory of an earlier call: after a larger batch, a
+  smaller one returned garbage lengths. An ``Identity`` there (what dynamo
+  writes) is right.
 """
 from __future__ import annotations
 
@@ -53,16 +54,18 @@ def _elem_types(proto: onnx.ModelProto) -> Dict[str, int]:
 
 
 def same_type_casts(proto: onnx.ModelProto) -> Rewrite:
-    """``Cast`` to its input's own type -> ``Identity``."""
+    """A graph output made by a ``Cast`` to its input's own type -> ``Identity``. Only outputs: inside the
+    graph OpenVINO drops such a Cast harmlessly; at an output it leaves the output aliasing its input."""
     done, types = Rewrite(), _elem_types(proto)
+    outputs = {o.name for o in proto.graph.output}
     for node in proto.graph.node:
-        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or node.output[0] not in outputs:
             continue
         to = next((a.i for a in node.attribute if a.name == "to"), None)
         if to is not None and types.get(node.input[0]) == to:
             node.op_type = "Identity"
             del node.attribute[:]
-            done.changes.append(f"Cast {node.name or node.output[0]!r} to its own type ({TensorProto.DataType.Name(to)}) "
+            done.changes.append(f"output {node.output[0]!r}: Cast to its own type ({TensorProto.DataType.Name(to)}) "
                                 "-> Identity")
     return done
 
