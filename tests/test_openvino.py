@@ -15,7 +15,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 from torch import nn
 
 from onnx_compat import Dim, TensorSpec, VerificationError, export, verify

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from .base import Applied, Contract, ContractError, Finding
-from .rasr import RASR
+from .rasr_contract import RASR
 from .sherpa_consumers import ConsumerMismatch
 from .sherpa_onnx import NEMO_CTC, SPEAKER_EMBEDDING
 

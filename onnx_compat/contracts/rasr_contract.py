@@ -1,4 +1,4 @@
-"""RASR's rules as one contract among the others (the checks themselves live in ``onnx_compat.rasr``).
+"""RASR's rules as one contract among the others (the checks themselves are ``check_rasr``).
 
 RASR maps names through its io-map, so the contract has no fixed ports: the
 features, their lengths and the output are the first input, the first
