@@ -15,19 +15,20 @@ import argparse
 import importlib
 import json
 import sys
+import time
 from typing import List, Optional
 
 import numpy as np
 import onnx
 import torch
 
-from .diagnose import diagnose
-from .export import export
-from .graph import inspect
-from .rasr import check_rasr
-from .repair import repair_int_types
-from .safety import check_writable, write_atomically
-from .verify import session, verify
+from onnx_compat.diagnosis import diagnose
+from onnx_compat.pipeline import export
+from onnx_compat.graph import describe
+from onnx_compat.contracts.rasr import check_rasr
+from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.pipeline.files import check_writable, write_atomically
+from onnx_compat.pipeline.verification import session, verify
 
 
 class UsageError(Exception):
@@ -91,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("factory", help="MODULE:FACTORY")
     e.add_argument("--out", required=True, help="the .onnx file to write")
     e.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
-    e.add_argument("--json", help="also write the report as JSON here")
+    e.add_argument("--json", help="also write the report as JSON here (no progress lines then)")
+    e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     e.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
     e.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
     e.add_argument("--opset", type=int)
@@ -140,6 +142,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class Progress:
+    """Each stage and the time since the start, on stderr: an export of a large model takes minutes."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.start = stream, time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        self.stream.write(f"onnx-compat [{time.perf_counter() - self.start:6.1f}s] {stage}\n")
+        self.stream.flush()
+
+
+def progress_for(args) -> Optional[Progress]:
+    """Progress lines only for a person watching: stderr a terminal, and neither --quiet nor --json."""
+    if getattr(args, "quiet", False) or getattr(args, "json", None) or not sys.stderr.isatty():
+        return None
+    return Progress(sys.stderr)
+
+
 def _dynamic(items: Optional[List[str]]):
     if not items:
         return None
@@ -173,7 +193,8 @@ def run(argv: Optional[List[str]] = None) -> int:
                         sizes=_pairs(args.size, "--size", int), metadata=_pairs(args.metadata, "--metadata"),
                         opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
                         strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples,
-                        target=args.target, runtimes=args.runtime or (), external_data=args.external_data)
+                        target=args.target, runtimes=args.runtime or (), external_data=args.external_data,
+                        progress=progress_for(args))
         if args.json:
             report.to_json(args.json)
         print(report.summary())
@@ -201,7 +222,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         write_atomically(fixed, check_writable(args.out))
         print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
     else:
-        info = inspect(args.onnx, dynamic=_dynamic(args.dynamic))
+        info = describe(args.onnx, dynamic=_dynamic(args.dynamic))
         info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
                                   output=args.output).to_dict()
         print(json.dumps(info, indent=2) if args.json else _inspect_text(info))

@@ -7,11 +7,13 @@ import torch
 from onnx import TensorProto, helper
 from torch import nn
 
-from onnx_compat import Dim, TensorSpec, export, inspect
-from onnx_compat.cli import main as cli
-from onnx_compat.repair import repair_int_types
+from onnx_compat import Dim, TensorSpec, describe as inspect
 
-from helpers import export as bare_export
+from onnx_compat import export
+from onnx_compat.cli import main as cli
+from onnx_compat.pipeline.repair import repair_int_types
+
+from helpers import export as plain_export
 
 
 class ReturnnLike(nn.Module):
@@ -37,7 +39,7 @@ def _inputs(B, T, seed):
 
 def _vanilla():
     model = ReturnnLike().eval()
-    proto = bare_export(model, _inputs(2, 37, 0), "torchscript", {0: {0: "batch", 1: "time"}, 1: {0: "batch"}})
+    proto = plain_export(model, _inputs(2, 37, 0), "torchscript", {0: {0: "batch", 1: "time"}, 1: {0: "batch"}})
     return model, proto
 
 

@@ -12,9 +12,13 @@ class Attempt:
     ok: bool
     error: Optional[str] = None
     seconds: float = 0.0
-    warnings: Dict[str, List[str]] = field(default_factory=dict)  # of a failed attempt; the used one's are Report.warnings
+    warnings: Dict[str, List[str]] = field(default_factory=dict)  # the used attempt's are Report.warnings too
     capture: List[str] = field(default_factory=list)  # dynamo: torch.onnx's capture strategies, in order
     culprit: Optional[str] = None  # "culprit <module path> (<Class>): <what>" of a failed attempt
+    # what the attempt found on its way; the used attempt's become the report's own fields
+    repairs: List[str] = field(default_factory=list)
+    nodes_before_cleanup: Optional[int] = None
+    timings: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,8 +88,7 @@ class Report:
             lines.append(f"target      {self.target}")
         lines += [f"repaired    {r}" for r in self.repairs]
         lines += [f"finding     {f}" for f in self.findings]
-        for w in self.warnings.get("baked", []):
-            lines.append(f"baked?      {w}")
+        lines += self._baked_lines()
         if self.degenerate:
             lines.append(f"degenerate  {self.degenerate}")
         if self.rasr is not None:
@@ -93,3 +96,27 @@ class Report:
             lines.append(f"rasr        {state}")
         lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
+
+    def verified_elsewhere(self) -> int:
+        """How many checks passed at sizes other than the export example (0 when any check failed)."""
+        if not self.verification or not all(c["ok"] for c in self.verification):
+            return 0
+        return sum(1 for c in self.verification if not c.get("example"))
+
+    def _baked_lines(self) -> List[str]:
+        """TracerWarnings that turned a tensor into a Python number, grouped by source line. Verified at
+        other shapes, they baked nothing that matters: one line says so instead of one line each."""
+        baked = self.warnings.get("baked", [])
+        if not baked:
+            return []
+        places = {}
+        for w in baked:
+            place = w.rsplit("(", 1)[-1].rstrip(")") if w.endswith(")") else w
+            places[place] = places.get(place, 0) + 1
+        listed = ", ".join(p + (f" x{k}" if k > 1 else "") for p, k in list(places.items())[:3])
+        listed += f" and {len(places) - 3} more" if len(places) > 3 else ""
+        checked = self.verified_elsewhere()
+        if checked:
+            return [f"tracer      {len(baked)} size-to-number warning(s) at {listed}: disproved, the graph verified "
+                    f"at {checked} other shape(s)"]
+        return [f"baked?      {w}" for w in baked]

@@ -11,10 +11,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .spec import Dim, SpecError, TensorSpec, size_name  # noqa: F401 - SpecError is re-exported here
+from onnx_compat.errors import SpecError
+from onnx_compat.spec import Dim, TensorSpec, size_name
 
 
 class IOAdapter(torch.nn.Module):
+    """The user's model with ``forward(*tensors) -> tuple of tensors``, as the exporters want it."""
+
+    MODEL_ATTR = "model"  # the attribute holding the user's model: the first part of every scope in the graph
+
     def __init__(self, model: torch.nn.Module, pairs: Sequence[Tuple[str, Optional[str]]],
                  outputs: Sequence[TensorSpec]) -> None:
         super().__init__()

@@ -13,7 +13,7 @@ from typing import List, Optional, Union
 
 import onnx
 
-from .graph import load, value_info
+from onnx_compat.graph import load, value_info
 
 
 @dataclass

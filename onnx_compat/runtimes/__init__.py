@@ -23,6 +23,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from onnx_compat.errors import RuntimeUnavailable
+
 _PY_RUN = r"""
 import json, sys
 import numpy as np
@@ -62,10 +64,6 @@ const ARRAYS = {float32: Float32Array, int32: Int32Array, int64: BigInt64Array, 
   fs.writeFileSync(folder + '/outputs.json', JSON.stringify(out));
 })().catch((e) => { console.error(String(e && e.message || e)); process.exit(3); });
 """
-
-
-class RuntimeUnavailable(RuntimeError):
-    """The runtime named cannot be started or cannot import ONNX Runtime."""
 
 
 @dataclass

@@ -22,7 +22,6 @@ The model is left as it was: hooks removed, flags and state restored, also on er
 """
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -31,36 +30,27 @@ import numpy as np
 import onnx
 import torch
 
-from . import exporters
-from .culprit import culprit
-from .io_adapter import IOAdapter, flatten
-from .safety import preserved
-from .spec import (TensorSpec, check_examples, example_inputs, example_sizes, forward_arguments, make_inputs,
-                   verification_sizes)
-from .verify import session
+from onnx_compat.diagnosis import scopes
+from onnx_compat.diagnosis.culprit import culprit
+from onnx_compat.errors import Culprit
+from onnx_compat.model_state import preserved
+from onnx_compat.pipeline import capture
+from onnx_compat.pipeline.adapter import flatten
+from onnx_compat.pipeline.subject import Subject, subject_of
+from onnx_compat.pipeline.verification import session
+from onnx_compat.spec import TensorSpec, example_sizes, make_inputs, verification_sizes
 
-_PREFIX = "model"  # the IOAdapter's attribute holding the user's model
-
-
-@dataclass
-class Finding:
-    kind: str  # "export", "numbers" or "static dim"
-    module: str  # dotted path from named_modules(); "" is the model itself
-    cls: str
-    detail: str
-
-    def line(self) -> str:
-        return f"culprit {self.module or '(the model itself)'} ({self.cls}): {self.detail}"
+Finding = Culprit  # the name diagnose() results had before errors.Culprit
 
 
 @dataclass
 class Diagnosis:
     exporter: str
-    findings: List[Finding] = field(default_factory=list)
+    findings: List[Culprit] = field(default_factory=list)
     compared: int = 0  # module outputs compared
 
     @property
-    def culprit(self) -> Optional[Finding]:
+    def culprit(self) -> Optional[Culprit]:
         return self.findings[0] if self.findings else None
 
     def summary(self) -> str:
@@ -78,7 +68,7 @@ def module_values(proto: onnx.ModelProto, modules: Sequence[str]) -> Dict[str, L
     """
     known = set(modules)
     nodes = list(proto.graph.node)
-    scope_of = [_scope(node, known) for node in nodes]  # by index: protobuf hands out a new wrapper on each access
+    scope_of = [scopes.of_onnx_node(node, known) for node in nodes]  # by index: protobuf hands out a new wrapper on each access
     readers: Dict[str, List[Optional[str]]] = {}
     for node, scope in zip(nodes, scope_of):
         for name in node.input:
@@ -100,39 +90,6 @@ def module_values(proto: onnx.ModelProto, modules: Sequence[str]) -> Dict[str, L
 
 def _inside(scope: Optional[str], path: str) -> bool:
     return scope is not None and (not path or scope == path or scope.startswith(path + "."))
-
-
-def _scope(node: onnx.NodeProto, known) -> Optional[str]:
-    """The user's module path of ``node`` (without the adapter's prefix), or None when unknown."""
-    meta = {p.key: p.value for p in node.metadata_props}
-    if "pkg.torch.onnx.name_scopes" in meta:  # dynamo: ['', 'model', 'model.blocks.0', ..., op], full paths
-        try:
-            scopes = ast.literal_eval(meta["pkg.torch.onnx.name_scopes"])
-        except (ValueError, SyntaxError):
-            return None
-        path = scopes[-2] if len(scopes) >= 2 else ""
-        if path == _PREFIX:
-            return ""
-        return path[len(_PREFIX) + 1:] if path.startswith(_PREFIX + ".") else None
-    if not node.name.startswith("/"):
-        return None
-    # TorchScript: /model/layers.0/conv/net/net.3/Mul_2. A segment is named relative to the module that was
-    # called last; a Sequential's child reads "net.3" below "net", a ModuleList's "layers.0" (the list itself
-    # is never called). Each segment is resolved against the module tree.
-    segments = node.name.split("/")[1:-1]
-    if not segments or segments[0] != _PREFIX:
-        return None
-    path = ""
-    for segment in segments[1:]:
-        parts = segment.split(".")
-        for start in range(len(parts)):
-            candidate = ".".join(([path] if path else []) + parts[start:])
-            if candidate in known:
-                path = candidate
-                break
-        else:
-            return None
-    return path
 
 
 def _with_outputs(proto: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
@@ -173,87 +130,99 @@ def _eager_outputs(model: torch.nn.Module, adapter: torch.nn.Module, feeds) -> L
     return seen
 
 
-def diagnose(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+def diagnose(model, inputs: Sequence[TensorSpec] = (), outputs: Sequence[TensorSpec] = (), *,
              exporter: str = "dynamo", examples=None, sizes=None, atol: float = 1e-4, rtol: float = 1e-3,
              seed: int = 0, patches: Optional[dict] = None) -> Diagnosis:
     """Find the module at fault when ``model`` does not export, or exports to other numbers or static dims.
 
-    ``sizes``/``examples`` as in ``export``. A module's output differs when
-    ``max|onnx - eager| > atol + rtol * max|eager|``.
+    ``model`` may be a ``Subject`` (the pipeline's, already built). ``sizes``/``examples`` as in
+    ``export``. A module's output differs when ``max|onnx - eager| > atol + rtol * max|eager|``.
     """
-    inputs, outputs = list(inputs), list(outputs)
-    pairs = forward_arguments(model, inputs)
-    checked = check_examples(inputs, examples)
-    example, args = example_inputs(inputs, checked, sizes, seed)
+    subject = subject_of(model, inputs, outputs, examples=examples, sizes=sizes, seed=seed)
     result = Diagnosis(exporter)
-    with preserved(model):
-        adapter = IOAdapter(model, pairs, outputs)
+    with preserved(subject.model):
+        adapter = subject.adapter()
         try:
-            proto, _ = exporters.run(exporter, adapter, args, inputs, outputs, let_dims_specialize=True)
+            proto, _ = capture.run(exporter, adapter, subject.args, subject.inputs, subject.outputs,
+                                   patch_options=patches, let_dims_specialize=True)
         except Exception as exc:
-            what = exporters.error_line(exc)
-            line = culprit(exc, model, what)
-            if line:
-                head, _, detail = line[len("culprit "):].partition(": ")
-                path, _, cls = head.rpartition(" (")
-                result.findings.append(Finding("export", "" if path == "(the model itself)" else path,
-                                               cls.rstrip(")"), detail))
-            else:
-                result.findings.append(Finding("export", "", type(model).__name__, what))
+            found = culprit(exc, subject.model)
+            result.findings.append(found or Culprit("export", "", type(subject.model).__name__,
+                                                    capture.error_line(exc)))
             return result
-        values = module_values(proto, [n for n, _ in model.named_modules()])
-        exposed = sorted({v for vs in values.values() for v in vs})
-        copy = _with_outputs(proto, exposed)
-        runs = [make_inputs(inputs, s, seed + 1 + k) for k, s in enumerate(verification_sizes(inputs, example))]
-        runs += checked
-        result.findings += _static_dims(model, adapter, values, copy, make_inputs(inputs, example, seed), runs[0])
-        sess = session(copy)
-        wanted = {i.name for i in sess.get_inputs()}
-        numbers: Dict[str, Finding] = {}
-        for feeds in runs:
-            try:
-                got = dict(zip([o.name for o in sess.get_outputs()],
-                               sess.run(None, {k: v.numpy() for k, v in feeds.items() if k in wanted})))
-            except Exception as exc:  # noqa: BLE001 - ONNX Runtime's refusal names the node; that gives the module
-                if not result.findings:
-                    result.findings.append(_run_failure(proto, model, exc, example_sizes(inputs, feeds)))
-                continue
-            for path, cls, expected in _eager_outputs(model, adapter, feeds):
-                result.compared += 1
-                if path in numbers:
-                    continue
-                candidates = [got[v] for v in values.get(path, ()) if v in got and got[v].shape == expected.shape]
-                if not candidates:
-                    continue
-                err = min(float(np.abs(c.astype(np.float64) - expected).max()) for c in candidates)
-                scale = float(np.abs(expected).max()) if expected.size else 0.0
-                if err > atol + rtol * scale:
-                    numbers[path] = Finding("numbers", path, cls, f"output differs from eager: max abs err "
-                                            f"{err:.3g} (scale {scale:.3g}) at sizes {dict(example_sizes(inputs, feeds))}")
-        order = [p for p, _, _ in _eager_outputs(model, adapter, runs[0])]
-        result.findings += sorted(numbers.values(), key=lambda f: order.index(f.module) if f.module in order else 1e9)
+        _compare_modules(subject, adapter, proto, result, atol, rtol)
     return result
+
+
+def _runs(subject: Subject) -> List[dict]:
+    """The feeds compared: generated inputs at the verification sizes, then the user's examples."""
+    sizes = verification_sizes(subject.inputs, subject.example)
+    return [make_inputs(subject.inputs, s, subject.seed + 1 + k) for k, s in enumerate(sizes)] + list(subject.examples)
+
+
+def _compare_modules(subject: Subject, adapter, proto, result: Diagnosis, atol: float, rtol: float) -> None:
+    """Static dims first, then each module's outputs in ONNX Runtime against eager, in forward order."""
+    model = subject.model
+    values = module_values(proto, [n for n, _ in model.named_modules()])
+    copy = _with_outputs(proto, sorted({v for vs in values.values() for v in vs}))
+    runs = _runs(subject)
+    result.findings += _static_dims(model, adapter, values, copy,
+                                    make_inputs(subject.inputs, subject.example, subject.seed), runs[0])
+    sess = session(copy)
+    wanted = {i.name for i in sess.get_inputs()}
+    numbers: Dict[str, Culprit] = {}
+    for feeds in runs:
+        sizes = dict(example_sizes(subject.inputs, feeds))
+        try:
+            got = dict(zip([o.name for o in sess.get_outputs()],
+                           sess.run(None, {k: v.numpy() for k, v in feeds.items() if k in wanted})))
+        except Exception as exc:  # noqa: BLE001 - ONNX Runtime's refusal names the node; that gives the module
+            if not result.findings:
+                result.findings.append(_run_failure(proto, model, exc, sizes))
+            continue
+        for path, cls, expected in _eager_outputs(model, adapter, feeds):
+            result.compared += 1
+            if path not in numbers:
+                found = _differs(path, cls, expected, [got[v] for v in values.get(path, ()) if v in got], sizes,
+                                 atol, rtol)
+                if found is not None:
+                    numbers[path] = found
+    order = [p for p, _, _ in _eager_outputs(model, adapter, runs[0])]
+    result.findings += sorted(numbers.values(), key=lambda f: order.index(f.module) if f.module in order else 1e9)
+
+
+def _differs(path, cls, expected, candidates, sizes, atol, rtol) -> Optional[Culprit]:
+    """A module output whose closest graph value is off by more than the tolerance."""
+    candidates = [c for c in candidates if c.shape == expected.shape]
+    if not candidates:
+        return None
+    err = min(float(np.abs(c.astype(np.float64) - expected).max()) for c in candidates)
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    if err <= atol + rtol * scale:
+        return None
+    return Culprit("numbers", path, cls, f"output differs from eager: max abs err {err:.3g} (scale {scale:.3g}) "
+                   f"at sizes {sizes}")
 
 
 _NODE = re.compile(r"node\. Name:'([^']+)'")
 
 
-def _run_failure(proto, model, exc, sizes) -> Finding:
+def _run_failure(proto, model, exc, sizes) -> Culprit:
     """ONNX Runtime failed at ``sizes``: the module of the node it names."""
     text = str(exc).splitlines()[0]
     found = _NODE.search(text)
     node = next((n for n in proto.graph.node if found and n.name == found.group(1)), None)
     modules = dict(model.named_modules())
-    path = _scope(node, set(modules)) if node is not None else None
+    path = scopes.of_onnx_node(node, set(modules)) if node is not None else None
     what = text.split("Status Message: ")[-1]
     what = re.sub(r"^\S+:\d+ [^)]*\) ", "", what)  # ORT's source location
     if path is None or path not in modules:
-        return Finding("run", "", type(model).__name__, f"ONNX Runtime fails at sizes {sizes}: {what}")
-    return Finding("run", path, type(modules[path]).__name__, f"ONNX Runtime fails at sizes {sizes} in "
+        return Culprit("run", "", type(model).__name__, f"ONNX Runtime fails at sizes {sizes}: {what}")
+    return Culprit("run", path, type(modules[path]).__name__, f"ONNX Runtime fails at sizes {sizes} in "
                    f"{found.group(1)}: {what}")
 
 
-def _static_dims(model, adapter, values, copy, first, second) -> List[Finding]:
+def _static_dims(model, adapter, values, copy, first, second) -> List[Culprit]:
     """Module outputs whose dim follows the input in eager but is a constant in the graph (shape inference)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(copy)
@@ -273,7 +242,7 @@ def _static_dims(model, adapter, values, copy, first, second) -> List[Finding]:
                 continue  # not this output
             fixed = [k for k in varying if dims[k] == x.shape[k]]
             if fixed:
-                found.append(Finding("static dim", path, cls, f"output dim {fixed[0]} is fixed at {x.shape[fixed[0]]} "
+                found.append(Culprit("static dim", path, cls, f"output dim {fixed[0]} is fixed at {x.shape[fixed[0]]} "
                                      f"in the graph but follows the input in eager ({x.shape[fixed[0]]} vs "
                                      f"{y.shape[fixed[0]]})"))
                 break

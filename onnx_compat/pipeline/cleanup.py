@@ -23,7 +23,8 @@ from typing import Optional, Tuple
 import onnx
 import onnxruntime as ort
 
-from .graph import all_nodes
+from onnx_compat.graph import all_nodes
+
 
 # Its transpose pushing is layout work for ONNX Runtime's own kernels: on graphs the dynamo exporter already
 # optimised it added a Transpose (tiny Conformer 194 -> 195 nodes, CLAP 109 -> 110).

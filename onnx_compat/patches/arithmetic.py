@@ -1,6 +1,6 @@
 """Single ops the TorchScript exporter cannot write, written with ops it can.
 
-Measured on torch 2.13 (export facts §3, row 9).
+Each failure measured on torch 2.13.
 
 ``expm1`` (either exporter)
     TorchScript: "Exporting the operator 'aten::expm1' ... is not supported"
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import Patch, register
-from ._calls import tensor_call
-from ._static import static_ints
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
+from onnx_compat.patches._static import static_ints
 
 _NEAR_ZERO = 0.5
 

@@ -20,7 +20,8 @@ import onnx
 import torch
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-from .safety import write_atomically
+from onnx_compat.pipeline.files import follow_umask, write_atomically
+
 
 # Weights from 1 GiB on go to a file: the graph and its metadata stay far from protobuf's 2 GB, and
 # ``serialise + parse`` of gigabytes in Python costs more than a file the runtime can map.
@@ -143,7 +144,7 @@ class WeightsFolder:
                 info = ExternalDataInfo(tensor)
                 _point(tensor, data, info.offset, info.length)
         then = None if location is None else \
-            (lambda: os.replace(os.path.join(self.dir, location), self.target + ".data"))
+            (lambda: _into_place(os.path.join(self.dir, location), self.target + ".data"))
         write_atomically(proto, self.target, before_rename=then)
 
     def close(self) -> None:
@@ -161,3 +162,9 @@ def folder_for(path: str, needed: bool) -> Iterator[Optional[WeightsFolder]]:
         yield folder
     finally:
         folder.close()
+
+
+def _into_place(source: str, target: str) -> None:
+    """A finished data file to its place, with the mode any file written there would have."""
+    follow_umask(source)
+    os.replace(source, target)

@@ -18,15 +18,11 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from .io_adapter import IOAdapter, flatten
-from .runtimes import as_runtimes
-from .safety import preserved
-from .spec import (TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name,
-                   verification_sizes)
-
-
-class VerificationError(AssertionError):
-    """ONNX Runtime disagrees with eager PyTorch (or cannot load/run the model)."""
+from onnx_compat.errors import Mismatch, VerificationError
+from onnx_compat.pipeline.adapter import IOAdapter, flatten
+from onnx_compat.runtimes import as_runtimes
+from onnx_compat.model_state import preserved
+from onnx_compat.spec import TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
 
 @dataclass
@@ -43,6 +39,7 @@ class ShapeCheck:
     sizes: Dict[str, int]
     outputs: List[OutputCheck] = field(default_factory=list)
     error: Optional[str] = None
+    failure: Optional[str] = None  # with ``error``: "run", "length" or "shape"
     example: bool = False  # on a user example rather than generated inputs
     runtime: Optional[str] = None  # None: this process's ONNX Runtime; else e.g. "onnxruntime 1.16.3 (Python: ...)"
 
@@ -146,6 +143,7 @@ def check_at(run: Runner, case: Case, outputs: Sequence[TensorSpec], atol: float
         by_name = run({k: v.numpy() for k, v in case.feeds.items()})
     except Exception as exc:
         result.error = f"{runtime or 'ONNX Runtime'} run failed: {str(exc).splitlines()[0]}"
+        result.failure = "run"
         return result
     i = 0
     for spec in outputs:
@@ -156,11 +154,13 @@ def check_at(run: Runner, case: Case, outputs: Sequence[TensorSpec], atol: float
             exp_len, got_len = expected[i + 1 + k], by_name.get(lname)
             if got_len is None or not np.array_equal(np.asarray(got_len), exp_len):
                 result.error = f"output {lname!r} differs: ONNX {None if got_len is None else got_len.tolist()}, eager {exp_len.tolist()}"
+                result.failure = "length"
                 return result
             lengths[axis] = exp_len
         if ort_out is None or ort_out.shape != exp.shape:
             result.error = (f"output {spec.name!r} has shape {None if ort_out is None else list(ort_out.shape)} in ONNX "
                             f"but {list(exp.shape)} in eager at sizes {sizes}")
+            result.failure = "shape"
             return result
         result.outputs.append(compare(ort_out, exp, valid_mask(exp.shape, lengths), spec.name, atol, rtol))
         i += 1 + len(spec.lengths)
@@ -205,20 +205,31 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
         except Exception as exc:
             if pending is not None:
                 pending.cancel()
-            raise VerificationError(f"the ONNX model does not load: {str(exc).splitlines()[0]}") from exc
+            reason = f"the ONNX model does not load: {str(exc).splitlines()[0]}"
+            raise VerificationError(reason, Mismatch({}, reason, kind="load")) from exc
         if pending is not None:
             cases = pending.result()
     results = [check_at(sess, case, outputs, atol, rtol) for case in cases]
     if others:
         results += _in_runtimes(onnx_model, others, cases, outputs, atol, rtol)
     if raise_on_failure:
-        for r in results:
-            if not r.ok:
-                bad = r.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
-                                           for o in r.outputs if not o.ok)
-                where = f" in {r.runtime}" if r.runtime else ""
-                raise VerificationError(f"{'on the example' if r.example else 'at'} sizes {r.sizes}{where}: {bad}")
+        failed = next((r for r in results if not r.ok), None)
+        if failed is not None:
+            raise _error(failed, atol, rtol)
     return results
+
+
+def _error(failed: ShapeCheck, atol: float, rtol: float) -> VerificationError:
+    """The first failed check as an error naming the sizes, the runtime and the outputs; its ``mismatch``
+    says whether only the tolerance was missed (every shape and length agreed)."""
+    bad = [o for o in failed.outputs if not o.ok]
+    reason = failed.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
+                                       for o in bad)
+    where = f" in {failed.runtime}" if failed.runtime else ""
+    mismatch = Mismatch(dict(failed.sizes), reason, failed.runtime, failed.example, [o.name for o in bad],
+                        max((o.max_abs_err for o in bad), default=None), kind=failed.failure or "values")
+    return VerificationError(f"{'on the example' if failed.example else 'at'} sizes {failed.sizes}{where}: {reason}",
+                             mismatch)
 
 
 def _in_runtimes(onnx_model, others, cases: List[Case], outputs, atol, rtol) -> List[ShapeCheck]:

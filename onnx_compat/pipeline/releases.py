@@ -19,7 +19,10 @@ from typing import Dict, Optional, Tuple
 
 import onnx
 
-from .graph import all_nodes
+from onnx_compat.errors import TargetError  # noqa: F401 - raised here, importable from here
+
+from onnx_compat.graph import all_nodes
+
 
 # release -> (highest opset it loads, highest IR version it loads)
 LOADS: Dict[str, Tuple[int, int]] = {
@@ -42,10 +45,6 @@ LOADS: Dict[str, Tuple[int, int]] = {
     "1.31.1": (26, 13),
     "1.32.0": (28, 14),
 }
-
-
-class TargetError(ValueError):
-    """A deployment target that is unknown, or that no exporter can satisfy."""
 
 
 @dataclass(frozen=True)

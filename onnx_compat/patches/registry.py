@@ -26,8 +26,10 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import torch
 import wrapt
 
-from . import flags
-from .changes import Changes
+from onnx_compat import versions
+
+from onnx_compat.patches import when
+from onnx_compat.patches.changes import Changes
 
 Wrapper = Callable  # (wrapped, instance, args, kwargs) -> result
 
@@ -37,7 +39,7 @@ class Patch:
     """One swap: ``targets`` ("module:attr.path") are wrapped by ``wrapper``.
 
     ``wrapper(wrapped, instance, args, kwargs)`` runs only while ``when`` holds
-    (a key of ``flags.WHEN``); otherwise the original is called unchanged.
+    (a key of ``when.WHEN``); otherwise the original is called unchanged.
     ``optional`` targets may be missing from older torch versions.
     ``aliases``: also rebind module-level aliases of the targets in loaded
     non-torch modules (``from torch.nn.functional import conv1d``).
@@ -72,18 +74,18 @@ class Patch:
     _script_ids: List[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        if self.when not in flags.WHEN:
-            raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(flags.WHEN)}")
+        if self.when not in when.WHEN:
+            raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(when.WHEN)}")
         unknown = set(self.native) - {"dynamo", "torchscript"}
         if unknown:
             raise ValueError(f"patch {self.name!r}: native= takes exporters 'dynamo'/'torchscript', not {sorted(unknown)}")
-        self._active = flags.WHEN[self.when]
+        self._active = when.WHEN[self.when]
         # the exporters of this torch that need no patch here: the gate calls straight through under them
-        self._native = tuple(flags.WHEN[e] for e, release in self.native.items() if flags.torch_at_least(release))
+        self._native = tuple(when.WHEN[e] for e, release in self.native.items() if versions.torch_at_least(release))
 
     def steps_aside(self, exporter: str) -> bool:
         """This torch's ``exporter`` gets it right by itself, so the patch leaves it alone."""
-        return exporter in self.native and flags.torch_at_least(self.native[exporter])
+        return exporter in self.native and versions.torch_at_least(self.native[exporter])
 
     def missing(self) -> List[str]:
         """Required targets this torch does not have (a library's targets are never required)."""
@@ -95,10 +97,10 @@ class Patch:
         """Why this patch cannot be used here, or None."""
         if self.library and importlib.util.find_spec(self.library) is None:
             return f"{self.library} is not installed"
-        if self.min_torch and not flags.torch_at_least(self.min_torch):
+        if self.min_torch and not versions.torch_at_least(self.min_torch):
             return f"needs torch >= {self.min_torch} (this is {torch.__version__})"
-        if self.when == "dynamo" and not flags.HAS_DYNAMO:
-            return f"acts only under the dynamo exporter; {flags.NO_DYNAMO}"
+        if self.when == "dynamo" and not versions.HAS_DYNAMO:
+            return f"acts only under the dynamo exporter; {versions.NO_DYNAMO}"
         missing = self.missing()
         if missing:
             return f"torch {torch.__version__} lacks {', '.join(missing)}"
@@ -161,7 +163,7 @@ def applied_patches() -> List[str]:
 
 
 def _load_families() -> None:
-    importlib.import_module(__package__ + ".patches")
+    importlib.import_module("onnx_compat.patches.families")
 
 
 def _resolve(target: str, load: bool = True):
@@ -208,7 +210,7 @@ def _own_value(owner, attr):
 
 def _skip_for_aliases(module_name: str) -> bool:
     # our own patch code is skipped; our bundled models are user code and get rebound
-    return module_name == "torch" or module_name.startswith(("torch.", __package__ + ".patches"))
+    return module_name == "torch" or module_name.startswith(("torch.", "onnx_compat.patches"))
 
 
 def _apply(patch: Patch) -> Dict[int, Tuple[object, object]]:
@@ -369,13 +371,13 @@ class patched(contextlib.ContextDecorator):
     def __enter__(self) -> "patched":
         _acquire(self.names)
         if self.during_trace:
-            flags.request_trace(+1)
+            when.request_trace(+1)
         return self
 
     def __exit__(self, *exc_info) -> bool:
         try:
             if self.during_trace:
-                flags.request_trace(-1)
+                when.request_trace(-1)
         finally:
             _release(self.names)
         return False
