@@ -1,8 +1,8 @@
-"""The internal onnx_compat names this package uses, imported in one place.
+"""The internal onnx_compat names this package (and ``runtimes_openvino``) uses, imported in one place.
 
-onnx_compat's internal modules are being moved; when they are, only these
-lines change.
+When internal modules move, only these lines change.
 """
-from ..graph import load, set_metadata, value_info  # noqa: F401
-from ..rasr import check_rasr  # noqa: F401
-from ..runtimes import Runtime, RuntimeUnavailable  # noqa: F401,E402
+from onnx_compat.contracts.rasr import check_rasr  # noqa: F401
+from onnx_compat.errors import RuntimeUnavailable  # noqa: F401
+from onnx_compat.graph import load, set_metadata, value_info  # noqa: F401
+from onnx_compat.runtimes import Runtime  # noqa: F401
