@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -130,7 +131,8 @@ def load_part(folder: str, task: Task, model_type: str) -> nn.Module:
     fields = dict(folder=folder, task=task.name, model_type=model_type)
     cls = getattr(transformers, families.model_class_name(task, model_type))
     try:
-        model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+        with _quiet(transformers):  # its load report would repeat, as a table, what the error below says
+            model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     except Exception as exc:  # noqa: BLE001
         raise WeightsError(f"{folder}: the weights do not load into {cls.__name__}: {_first_line(exc)}",
                            **fields) from exc
@@ -138,7 +140,7 @@ def load_part(folder: str, task: Task, model_type: str) -> nn.Module:
     inside = {id(p) for p in part.parameters()} | {id(b) for b in part.buffers()}
     named = dict(model.named_parameters())
     named.update(dict(model.named_buffers()))
-    missing = [k for k in info.get("missing_keys", ()) if k in named and id(named[k]) in inside]
+    missing = sorted(k for k in info.get("missing_keys", ()) if k in named and id(named[k]) in inside)
     mismatched = [str(m[0]) if isinstance(m, (tuple, list)) else str(m) for m in info.get("mismatched_keys", ())]
     if missing or mismatched:
         what = missing or mismatched
@@ -172,10 +174,23 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
     job = from_pretrained_dir(folder, task)
     export_kwargs["metadata"] = {**job.metadata, **dict(export_kwargs.get("metadata") or {})}
     destination = os.path.dirname(os.path.abspath(os.fspath(path)))
-    with files.staged_copies(job.files if copy_files else [], destination) as staged:
+    # a missing output folder is export()'s error to give, before anything is staged
+    copies = job.files if copy_files and os.path.isdir(destination) else []
+    with files.staged_copies(copies, destination) as staged:
         report = export(job.model, path, job.inputs, job.outputs, **export_kwargs)
         report.files = files.commit(staged)
     return report
+
+
+@contextmanager
+def _quiet(transformers):
+    logging = transformers.utils.logging
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
 
 
 def _first_line(exc: BaseException) -> str:
