@@ -55,6 +55,13 @@ CHECKPOINTS = {
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, output_hidden_size=32,
         feature_projection_input_dim=40, conv_depthwise_kernel_size=7, vocab_size=12),
         lambda: T.SeamlessM4TFeatureExtractor(feature_size=20, num_mel_bins=20, stride=2)),
+    "parakeet_ctc": (T.ParakeetForCTC, lambda: T.ParakeetCTCConfig(vocab_size=12, encoder_config=dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_mel_bins=20,
+        conv_kernel_size=9, subsampling_conv_channels=8, subsampling_factor=4)),
+        lambda: T.ParakeetFeatureExtractor(feature_size=20)),
+    "lasr_ctc": (T.LasrForCTC, lambda: T.LasrCTCConfig(vocab_size=12, encoder_config=dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_mel_bins=20,
+        conv_kernel_size=32, subsampling_conv_channels=8)), lambda: T.LasrFeatureExtractor(feature_size=20)),
     "speech_to_text": (T.Speech2TextForConditionalGeneration, lambda: T.Speech2TextConfig(
         vocab_size=20, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, input_feat_per_channel=20,
@@ -100,6 +107,7 @@ REFERENCE = {
     "audio-encoder": (T.AutoModel, ["last_hidden_state"]),
     "speech-encoder": (T.AutoModel, ["last_hidden_state"]),
 }
+LENGTH_FUNCTIONS = ("_get_feat_extract_output_lengths", "_get_subsampling_output_length")  # transformers' names
 DYNAMO = "dynamo" if HAS_DYNAMO else "torchscript"
 CASES = [  # (checkpoint, task, exporter)
     pytest.param("wav2vec2", "ctc", "torchscript", id="wav2vec2-ctc"),
@@ -114,6 +122,8 @@ CASES = [  # (checkpoint, task, exporter)
     pytest.param("unispeech-sat", "audio-frame-classification", "torchscript", id="unispeech-sat-frames"),
     pytest.param("wav2vec2-conformer", "ctc", "torchscript", id="wav2vec2-conformer-ctc"),
     pytest.param("wav2vec2-bert", "ctc", "torchscript", id="wav2vec2-bert-ctc"),
+    pytest.param("parakeet_ctc", "ctc", "torchscript", id="parakeet-ctc"),
+    pytest.param("lasr_ctc", "ctc", "torchscript", id="lasr-ctc"),
     pytest.param("speech_to_text", "speech-encoder", "torchscript", id="speech_to_text-encoder"),
     pytest.param("whisper", "speech-encoder", DYNAMO, id="whisper-encoder-dynamo"),
     pytest.param("audio-spectrogram-transformer", "audio-classification", "torchscript", id="ast-classification"),
@@ -153,8 +163,8 @@ def _hf_outputs(folder, task, batch, takes_mask):
     args = {k: v for k, v in batch.items() if k != "attention_mask" or takes_mask}
     with torch.no_grad():
         out = part(**args)
-        lengths = part._get_feat_extract_output_lengths(batch["attention_mask"].sum(-1)) \
-            if hasattr(part, "_get_feat_extract_output_lengths") else None
+        function = next((getattr(part, f) for f in LENGTH_FUNCTIONS if hasattr(part, f)), None)
+        lengths = function(batch["attention_mask"].sum(-1)) if function else None
     return [getattr(out, a).numpy() for a in attrs], lengths
 
 
@@ -172,7 +182,7 @@ def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_pa
     assert (out.parent / "config.json").is_file() and (out.parent / "preprocessor_config.json").is_file()
 
     # transformers' pipeline on a padded batch of 4 at lengths unlike the export's: ONNX on valid frames
-    lengths = [5331, 2210, 4087, 3502]
+    lengths = [6331, 3710, 5087, 4502]  # the shortest above every model's minimum (LASR's: 17 frames, 2,720 samples)
     batch = _hf_batch(folder, lengths, json.loads(report.metadata["hf.fixed"]).get("time"))
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     takes_mask = report.metadata["hf.attention_mask"] == "true"

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..spec import Dim, TensorSpec
-from .wrappers import Feeding, FrameHead, UpsampleToInputLength, UtteranceHead, XVectorHead
+from .wrappers import LENGTH_FUNCTION, Feeding, FrameHead, UpsampleToInputLength, UtteranceHead, XVectorHead
 
 EXAMPLE_FRAMES = 24  # output frames of the export example (verification goes from about half to 1.4 times)
 
@@ -71,10 +71,10 @@ class Shapes:
     fixed: Dict[str, int] = field(default_factory=dict)
 
 
-def smallest_input(part: nn.Module, frames: int, limit: int = 1 << 26) -> int:
+def smallest_input(part: nn.Module, frames: int, function: str = LENGTH_FUNCTION, limit: int = 1 << 26) -> int:
     """The shortest input the model's length function maps to at least ``frames`` frames."""
     def out(n: int) -> int:
-        return int(part._get_feat_extract_output_lengths(torch.tensor([n]))[0])
+        return int(getattr(part, function)(torch.tensor([n]))[0])
     high = 1
     while out(high) < frames:
         high *= 2
@@ -116,14 +116,16 @@ class Samples:
 
 @dataclass(frozen=True)
 class Features:
-    """Features ``[B, T, F]`` of any length with an attention mask (Wav2Vec2-BERT, Speech2Text)."""
+    """Features ``[B, T, F]`` of any length with an attention mask (Wav2Vec2-BERT, Speech2Text, Parakeet)."""
 
     size: Callable  # config -> F
     arg: str = "input_features"
+    length_function: str = LENGTH_FUNCTION
 
     def shapes(self, part, config, extractor, task: Task, frame_head: bool) -> Shapes:
-        need = task.min_frames(config)
-        time = Dim("time", min=smallest_input(part, need), example=smallest_input(part, max(EXAMPLE_FRAMES, 2 * need)))
+        need, fn = task.min_frames(config), self.length_function
+        time = Dim("time", min=smallest_input(part, need, fn),
+                   example=smallest_input(part, max(EXAMPLE_FRAMES, 2 * need), fn))
         size = int(self.size(config))
         data = TensorSpec("data", [Dim("batch"), time, size], lengths=[1])
         return Shapes(Feeding(self.arg, _pad_value(extractor), True), [data], Dim("frames"), True, {"features": size})
@@ -186,6 +188,9 @@ FAMILIES: Tuple[Family, ...] = (
     Family("SEW and SEW-D: wav2vec2-style, frames squeezed in the encoder", ("sew", "sew-d"), Samples(),
            _ENCODER_TASKS, fixes=(UpsampleToInputLength(),)),
     Family("Wav2Vec2-BERT", ("wav2vec2-bert",), Features(lambda c: c.feature_projection_input_dim), _ENCODER_TASKS),
+    Family("Parakeet and LASR CTC (FastConformer over features)", ("parakeet_ctc", "lasr_ctc"),
+           Features(lambda c: c.encoder_config.num_mel_bins, length_function="_get_subsampling_output_length"),
+           ("ctc",)),
     Family("Speech2Text", ("speech_to_text",), Features(lambda c: c.input_feat_per_channel * c.input_channels),
            ("speech-encoder",)),
     Family("Whisper", ("whisper",), FixedFeatures(_whisper_frames, lambda c: c.num_mel_bins, "nb_max_frames",

@@ -22,7 +22,7 @@ from ..spec import TensorSpec
 from . import families, files
 from .errors import ConfigError, PreprocessorError, TaskError, UncoveredModelError, WeightsError
 from .families import Family, Task
-from .wrappers import AudioModel, FrameHead
+from .wrappers import LENGTH_FUNCTION, AudioModel, FrameHead
 
 
 @dataclass
@@ -64,7 +64,8 @@ def from_pretrained_dir(folder, task: Optional[str] = None) -> HFJob:
     outputs = output_specs(chosen, shapes)
     metadata = {"hf.model_type": model_type, "hf.task": chosen.name, "hf.class": type(part).__name__,
                 "hf.fixed": json.dumps(shapes.fixed), "hf.attention_mask": str(shapes.feeding.mask).lower()}
-    return HFJob(AudioModel(part, shapes.feeding, chosen.head).eval(), shapes.inputs, outputs, shapes.fixed,
+    wrapper = AudioModel(part, shapes.feeding, chosen.head, getattr(family.input, "length_function", LENGTH_FUNCTION))
+    return HFJob(wrapper.eval(), shapes.inputs, outputs, shapes.fixed,
                  files.runtime_files(folder), folder, chosen.name, model_type, metadata)
 
 

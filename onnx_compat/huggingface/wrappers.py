@@ -44,9 +44,12 @@ class Feeding:
         return kwargs
 
 
-def output_lengths(model: nn.Module, lengths: torch.Tensor) -> torch.Tensor:
+LENGTH_FUNCTION = "_get_feat_extract_output_lengths"
+
+
+def output_lengths(model: nn.Module, lengths: torch.Tensor, function: str = LENGTH_FUNCTION) -> torch.Tensor:
     """Frames per sequence by the model's own formula (conv stack, adapter, subsampling)."""
-    return model._get_feat_extract_output_lengths(lengths).to(torch.int32)
+    return getattr(model, function)(lengths).to(torch.int32)
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,9 @@ class FrameHead:
 
     attr: str
 
-    def __call__(self, model: nn.Module, kwargs: dict, lengths: Optional[torch.Tensor]):
+    def __call__(self, model: nn.Module, kwargs: dict, lengths: Optional[torch.Tensor], function: str):
         out = getattr(model(**kwargs), self.attr)
-        return out if lengths is None else (out, output_lengths(model, lengths))
+        return out if lengths is None else (out, output_lengths(model, lengths, function))
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class UtteranceHead:
 
     attr: str = "logits"
 
-    def __call__(self, model: nn.Module, kwargs: dict, lengths: Optional[torch.Tensor]):
+    def __call__(self, model: nn.Module, kwargs: dict, lengths: Optional[torch.Tensor], function: str):
         return getattr(model(**kwargs), self.attr)
 
 
@@ -81,7 +84,7 @@ class XVectorHead:
     reference that verification compares against, the model's own forward runs.
     """
 
-    def __call__(self, model: nn.Module, kwargs: dict, lengths: Optional[torch.Tensor]):
+    def __call__(self, model: nn.Module, kwargs: dict, lengths: Optional[torch.Tensor], function: str):
         if not torch.onnx.is_in_onnx_export():
             out = model(**kwargs)
             return out.embeddings, out.logits
@@ -153,12 +156,15 @@ def _pin_upsampled_length(encoder: nn.Module, squeeze: int) -> None:
 
 
 class AudioModel(nn.Module):
-    """``forward(data, [lengths])``: the wrapped model's task outputs, with output lengths where it has frames."""
+    """``forward(data, [lengths])``: the wrapped model's task outputs, with output lengths where it has frames.
 
-    def __init__(self, model: nn.Module, feeding: Feeding, head):
+    ``length_function``: the model's method from input to output lengths.
+    """
+
+    def __init__(self, model: nn.Module, feeding: Feeding, head, length_function: str = LENGTH_FUNCTION):
         super().__init__()
-        self.model, self.feeding, self.head = model, feeding, head
+        self.model, self.feeding, self.head, self.length_function = model, feeding, head, length_function
 
     def forward(self, data: torch.Tensor, *lengths: torch.Tensor):
         given = lengths[0] if lengths else None
-        return self.head(self.model, self.feeding.kwargs(data, given), given)
+        return self.head(self.model, self.feeding.kwargs(data, given), given, self.length_function)
