@@ -19,83 +19,17 @@ if not transformers.utils.is_torch_available():
 
 from onnx_compat.huggingface import (COVERED, ConfigError, HFError, PreprocessorError, TaskError,  # noqa: E402
                                      UncoveredModelError, WeightsError, from_pretrained_dir)
-from onnx_compat.huggingface import cli  # noqa: E402
+from onnx_compat.huggingface import cli, tiny  # noqa: E402
 
 from helpers import HAS_DYNAMO  # noqa: E402
 
 T = transformers
-_W2V = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
-            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
-            vocab_size=12, num_labels=3, classifier_proj_size=16, tdnn_dim=(16, 16, 16), tdnn_kernel=(3, 3, 1),
-            tdnn_dilation=(1, 2, 1), xvector_output_dim=8)
-_LAYER = dict(_W2V, feat_extract_norm="layer")
-_VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "|", "a", "b", "c", "d", "e", "f", "g"]
+GROUP_NORM = dict(config=dict(feat_extract_norm="group", do_stable_layer_norm=False),
+                  extractor=dict(return_attention_mask=False))  # wav2vec2-base style: no mask, zero padding
 
 
-def _raw_fe(mask=True):
-    return T.Wav2Vec2FeatureExtractor(return_attention_mask=mask)
-
-
-# model type -> (class, config, feature extractor); every covered type has one
-CHECKPOINTS = {
-    "wav2vec2": (T.Wav2Vec2ForCTC, lambda: T.Wav2Vec2Config(**_LAYER, do_stable_layer_norm=True), _raw_fe),
-    "wav2vec2-group": (T.Wav2Vec2ForCTC, lambda: T.Wav2Vec2Config(**_W2V), lambda: _raw_fe(mask=False)),
-    # the x-vector head's default init gives embeddings of about 1e-6: a wider one makes them worth comparing
-    "wav2vec2-xvector": (T.Wav2Vec2ForXVector, lambda: T.Wav2Vec2Config(**_LAYER, initializer_range=0.5), _raw_fe),
-    "hubert": (T.HubertForSequenceClassification, lambda: T.HubertConfig(**_LAYER), _raw_fe),
-    "wavlm": (T.WavLMForCTC, lambda: T.WavLMConfig(**_LAYER, num_buckets=16, max_bucket_distance=20), _raw_fe),
-    "data2vec-audio": (T.Data2VecAudioModel, lambda: T.Data2VecAudioConfig(**_W2V), _raw_fe),
-    "sew": (T.SEWForCTC, lambda: T.SEWConfig(**_W2V), _raw_fe),
-    "sew-d": (T.SEWDForCTC, lambda: T.SEWDConfig(**_W2V, position_buckets=16, max_position_embeddings=64), _raw_fe),
-    "unispeech": (T.UniSpeechForCTC, lambda: T.UniSpeechConfig(**_LAYER), _raw_fe),
-    "unispeech-sat": (T.UniSpeechSatForAudioFrameClassification, lambda: T.UniSpeechSatConfig(**_LAYER), _raw_fe),
-    "wav2vec2-conformer": (T.Wav2Vec2ConformerForCTC, lambda: T.Wav2Vec2ConformerConfig(
-        **_LAYER, conv_depthwise_kernel_size=7, position_embeddings_type="relative"), _raw_fe),
-    "wav2vec2-bert": (T.Wav2Vec2BertForCTC, lambda: T.Wav2Vec2BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, output_hidden_size=32,
-        feature_projection_input_dim=40, conv_depthwise_kernel_size=7, vocab_size=12),
-        lambda: T.SeamlessM4TFeatureExtractor(feature_size=20, num_mel_bins=20, stride=2)),
-    "parakeet_ctc": (T.ParakeetForCTC, lambda: T.ParakeetCTCConfig(vocab_size=12, encoder_config=dict(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_mel_bins=20,
-        conv_kernel_size=9, subsampling_conv_channels=8, subsampling_factor=4)),
-        lambda: T.ParakeetFeatureExtractor(feature_size=20)),
-    "lasr_ctc": (T.LasrForCTC, lambda: T.LasrCTCConfig(vocab_size=12, encoder_config=dict(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_mel_bins=20,
-        conv_kernel_size=32, subsampling_conv_channels=8)), lambda: T.LasrFeatureExtractor(feature_size=20)),
-    "speech_to_text": (T.Speech2TextForConditionalGeneration, lambda: T.Speech2TextConfig(
-        vocab_size=20, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, input_feat_per_channel=20,
-        conv_channels=16, max_source_positions=200, max_target_positions=20),
-        lambda: T.Speech2TextFeatureExtractor(feature_size=20, num_mel_bins=20)),
-    "whisper": (T.WhisperForConditionalGeneration, lambda: T.WhisperConfig(
-        vocab_size=60, num_mel_bins=20, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=50,
-        max_target_positions=20, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2),
-        lambda: T.WhisperFeatureExtractor(feature_size=20, chunk_length=1)),
-    "audio-spectrogram-transformer": (T.ASTForAudioClassification, lambda: T.ASTConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_length=64,
-        num_mel_bins=32, patch_size=8, frequency_stride=8, time_stride=8, num_labels=3),
-        lambda: T.ASTFeatureExtractor(num_mel_bins=32, max_length=64)),
-}
-
-
-def checkpoint(folder, name, tokenizer=False, save_as=None):
-    """A random-init checkpoint folder of ``name`` (``save_as``: another class of the same config)."""
-    cls, config, extractor = CHECKPOINTS[name]
-    torch.manual_seed(0)
-    (save_as or cls)(config()).save_pretrained(folder)
-    extractor().save_pretrained(folder)
-    if tokenizer:
-        vocab = os.path.join(folder, "vocab.json")
-        with open(vocab, "w", encoding="utf-8") as fh:
-            json.dump({tok: i for i, tok in enumerate(_VOCAB)}, fh)
-        T.Wav2Vec2CTCTokenizer(vocab).save_pretrained(folder)
-    return str(folder)
-
-
-def test_every_covered_model_type_has_a_checkpoint_here():
-    built = {config().model_type for _, config, _ in CHECKPOINTS.values()}
-    assert built == set(COVERED)
+def test_every_covered_model_type_has_a_tiny_checkpoint():
+    assert set(tiny.TINY) == set(COVERED)
 
 
 # transformers' reference: the class of the task loaded on its own, what it returns, the feature extractor's key
@@ -109,24 +43,24 @@ REFERENCE = {
 }
 LENGTH_FUNCTIONS = ("_get_feat_extract_output_lengths", "_get_subsampling_output_length")  # transformers' names
 DYNAMO = "dynamo" if HAS_DYNAMO else "torchscript"
-CASES = [  # (checkpoint, task, exporter)
-    pytest.param("wav2vec2", "ctc", "torchscript", id="wav2vec2-ctc"),
-    pytest.param("wav2vec2-group", "ctc", "torchscript", id="wav2vec2-groupnorm-ctc-no-mask"),
-    pytest.param("wav2vec2-xvector", "xvector", "torchscript", id="wav2vec2-xvector"),
-    pytest.param("hubert", "audio-classification", "torchscript", id="hubert-audio-classification"),
-    pytest.param("wavlm", "ctc", "torchscript", id="wavlm-ctc"),
-    pytest.param("data2vec-audio", "audio-encoder", "torchscript", id="data2vec-audio-encoder"),
-    pytest.param("sew", "ctc", "torchscript", id="sew-ctc"),
-    pytest.param("sew-d", "ctc", "torchscript", id="sew-d-ctc"),
-    pytest.param("unispeech", "ctc", "torchscript", id="unispeech-ctc"),
-    pytest.param("unispeech-sat", "audio-frame-classification", "torchscript", id="unispeech-sat-frames"),
-    pytest.param("wav2vec2-conformer", "ctc", "torchscript", id="wav2vec2-conformer-ctc"),
-    pytest.param("wav2vec2-bert", "ctc", "torchscript", id="wav2vec2-bert-ctc"),
-    pytest.param("parakeet_ctc", "ctc", "torchscript", id="parakeet-ctc"),
-    pytest.param("lasr_ctc", "ctc", "torchscript", id="lasr-ctc"),
-    pytest.param("speech_to_text", "speech-encoder", "torchscript", id="speech_to_text-encoder"),
-    pytest.param("whisper", "speech-encoder", DYNAMO, id="whisper-encoder-dynamo"),
-    pytest.param("audio-spectrogram-transformer", "audio-classification", "torchscript", id="ast-classification"),
+CASES = [  # (model type, task, exporter, checkpoint options)
+    pytest.param("wav2vec2", "ctc", "torchscript", {}, id="wav2vec2-ctc"),
+    pytest.param("wav2vec2", "ctc", "torchscript", GROUP_NORM, id="wav2vec2-groupnorm-ctc-no-mask"),
+    pytest.param("wav2vec2", "xvector", "torchscript", {}, id="wav2vec2-xvector"),
+    pytest.param("hubert", "audio-classification", "torchscript", {}, id="hubert-audio-classification"),
+    pytest.param("wavlm", "ctc", "torchscript", {}, id="wavlm-ctc"),
+    pytest.param("data2vec-audio", "audio-encoder", "torchscript", {}, id="data2vec-audio-encoder"),
+    pytest.param("sew", "ctc", "torchscript", {}, id="sew-ctc"),
+    pytest.param("sew-d", "ctc", "torchscript", {}, id="sew-d-ctc"),
+    pytest.param("unispeech", "ctc", "torchscript", {}, id="unispeech-ctc"),
+    pytest.param("unispeech-sat", "audio-frame-classification", "torchscript", {}, id="unispeech-sat-frames"),
+    pytest.param("wav2vec2-conformer", "ctc", "torchscript", {}, id="wav2vec2-conformer-ctc"),
+    pytest.param("wav2vec2-bert", "ctc", "torchscript", {}, id="wav2vec2-bert-ctc"),
+    pytest.param("parakeet_ctc", "ctc", "torchscript", {}, id="parakeet-ctc"),
+    pytest.param("lasr_ctc", "ctc", "torchscript", {}, id="lasr-ctc"),
+    pytest.param("speech_to_text", "speech-encoder", "torchscript", {}, id="speech_to_text-encoder"),
+    pytest.param("whisper", "speech-encoder", DYNAMO, {}, id="whisper-encoder-dynamo"),
+    pytest.param("audio-spectrogram-transformer", "audio-classification", "torchscript", {}, id="ast-classification"),
 ]
 
 
@@ -168,9 +102,9 @@ def _hf_outputs(folder, task, batch, takes_mask):
     return [getattr(out, a).numpy() for a in attrs], lengths
 
 
-@pytest.mark.parametrize("name,task,exporter", CASES)
-def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_path, name, task, exporter):
-    folder = checkpoint(tmp_path / "ckpt", name)
+@pytest.mark.parametrize("model_type,task,exporter,options", CASES)
+def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_path, model_type, task, exporter, options):
+    folder = tiny.checkpoint(tmp_path / "ckpt", model_type, task, **options)
     out = tmp_path / "onnx" / "model.onnx"
     out.parent.mkdir()
     report = cli.run([f"hf:{folder}", "--task", task, "--out", str(out), "--exporter", exporter])
@@ -205,10 +139,11 @@ def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_pa
 
 
 def test_fixed_sizes_come_from_the_model_and_agree_with_the_extractor(tmp_path):
-    whisper = from_pretrained_dir(checkpoint(tmp_path / "w", "whisper"), "speech-encoder")
+    whisper = from_pretrained_dir(tiny.checkpoint(tmp_path / "w", "whisper", "speech-encoder"), "speech-encoder")
     assert whisper.fixed == {"time": 100, "features": 20}  # 2 x max_source_positions, num_mel_bins
     assert [s.name for s in whisper.inputs] == ["data", "data:size1"] and whisper.inputs[0].dims[1:] == (100, 20)
-    ast = from_pretrained_dir(checkpoint(tmp_path / "a", "audio-spectrogram-transformer"), "audio-classification")
+    folder = tiny.checkpoint(tmp_path / "a", "audio-spectrogram-transformer", "audio-classification")
+    ast = from_pretrained_dir(folder, "audio-classification")
     assert ast.fixed == {"time": 64, "features": 32} and [s.name for s in ast.inputs] == ["data"]
     T.WhisperFeatureExtractor(feature_size=20, chunk_length=2).save_pretrained(tmp_path / "w")
     with pytest.raises(PreprocessorError, match="nb_max_frames=200 frames, but the model takes exactly 100"):
@@ -216,7 +151,7 @@ def test_fixed_sizes_come_from_the_model_and_agree_with_the_extractor(tmp_path):
 
 
 def test_the_task_follows_the_checkpoints_architecture(tmp_path):
-    job = from_pretrained_dir(checkpoint(tmp_path / "c", "wavlm"))
+    job = from_pretrained_dir(tiny.checkpoint(tmp_path / "c", "wavlm", "ctc"))
     assert job.task == "ctc" and [s.name for s in job.outputs] == ["output"]
     assert [s.onnx_names for s in job.inputs] == [["data", "data:size1"]]
     assert job.outputs[0].onnx_names == ["output", "output:size1"]
@@ -225,7 +160,7 @@ def test_the_task_follows_the_checkpoints_architecture(tmp_path):
 def test_the_written_folder_loads_as_a_runtime_loads_it(tmp_path):
     """onnxruntime and transformers' Auto classes on the written folder alone (the checkpoint removed)."""
     import shutil
-    folder = checkpoint(tmp_path / "ckpt", "wav2vec2", tokenizer=True)
+    folder = tiny.checkpoint(tmp_path / "ckpt", "wav2vec2", "ctc", tokenizer=True)
     out = tmp_path / "deploy" / "model.onnx"
     out.parent.mkdir()
     assert cli.main([f"hf:{folder}", "--out", str(out), "--exporter", "torchscript"]) == 0  # task from the config
@@ -275,20 +210,23 @@ def test_an_uncovered_model_type_is_refused_with_the_covered_list(tmp_path):
     assert info.value.model_type == "bert" and "wav2vec2" in info.value.covered and "whisper" in str(info.value)
 
 
-@pytest.mark.parametrize("name,task,supported", [
-    pytest.param("hubert", "xvector", "ctc", id="hubert-has-no-xvector"),
-    pytest.param("whisper", "ctc", "speech-encoder", id="whisper-has-no-ctc"),
-    pytest.param("wav2vec2", "speech-encoder", "audio-encoder", id="wav2vec2-is-no-seq2seq"),
+@pytest.mark.parametrize("model_type,saved,task,supported,message", [
+    pytest.param("hubert", "ctc", "xvector", "ctc", "does not support task 'xvector'", id="hubert-has-no-xvector"),
+    pytest.param("whisper", "speech-encoder", "ctc", "speech-encoder", "does not support task 'ctc'",
+                 id="whisper-has-no-ctc"),
+    pytest.param("wav2vec2", "ctc", "speech-encoder", "audio-encoder", "does not support task 'speech-encoder'",
+                 id="wav2vec2-is-no-seq2seq"),
+    pytest.param("wav2vec2", "ctc", "asr", "ctc", "unknown task 'asr'", id="unknown-task"),
 ])
-def test_a_task_the_model_does_not_support_is_refused(tmp_path, name, task, supported):
-    folder = checkpoint(tmp_path / "c", name)
-    with pytest.raises(TaskError, match=f"does not support task '{task}'") as info:
+def test_a_task_the_model_does_not_support_is_refused(tmp_path, model_type, saved, task, supported, message):
+    folder = tiny.checkpoint(tmp_path / "c", model_type, saved)
+    with pytest.raises(TaskError, match=message) as info:
         from_pretrained_dir(folder, task)
     assert supported in info.value.supported and info.value.task == task and isinstance(info.value, HFError)
 
 
 def test_weights_that_do_not_load_are_refused(tmp_path):
-    folder = checkpoint(tmp_path / "c", "wav2vec2")
+    folder = tiny.checkpoint(tmp_path / "c", "wav2vec2", "ctc")
     with open(os.path.join(folder, "model.safetensors"), "wb") as fh:
         fh.write(b"not a safetensors file")
     with pytest.raises(WeightsError, match="do not load into Wav2Vec2ForCTC") as info:
@@ -298,7 +236,7 @@ def test_weights_that_do_not_load_are_refused(tmp_path):
 
 def test_a_head_the_checkpoint_has_no_weights_for_is_refused(tmp_path):
     """transformers would fill the CTC head with random numbers and only warn."""
-    folder = checkpoint(tmp_path / "c", "wav2vec2", save_as=T.Wav2Vec2Model)
+    folder = tiny.checkpoint(tmp_path / "c", "wav2vec2", "ctc", save_as="Wav2Vec2Model")
     with pytest.raises(WeightsError, match="no weights of the right shape") as info:
         from_pretrained_dir(folder, "ctc")
     assert any(k.startswith("lm_head") for k in info.value.missing)
@@ -306,7 +244,7 @@ def test_a_head_the_checkpoint_has_no_weights_for_is_refused(tmp_path):
 
 
 def test_a_failed_export_writes_neither_the_model_nor_the_files(tmp_path):
-    folder = checkpoint(tmp_path / "c", "unispeech", tokenizer=True)
+    folder = tiny.checkpoint(tmp_path / "c", "unispeech", "ctc", tokenizer=True)
     out = tmp_path / "out"
     out.mkdir()
     code = cli.main([f"hf:{folder}", "--task", "ctc", "--out", str(out / "m.onnx"), "--exporter", "torchscript",
