@@ -2,8 +2,9 @@
 
 The lead renames internal modules; when a path moves, this file is the one to fix.
 """
-from ..report import Attempt, Report  # noqa: F401
-from ..safety import check_writable, preserved  # noqa: F401
-from ..verify import session  # noqa: F401
-from ..io_adapter import flatten  # noqa: F401
-from ..flags import HAS_DYNAMO  # noqa: F401
+from onnx_compat.model_state import preserved  # noqa: F401
+from onnx_compat.pipeline.adapter import flatten  # noqa: F401
+from onnx_compat.pipeline.files import check_writable  # noqa: F401
+from onnx_compat.pipeline.report import Attempt, Report  # noqa: F401
+from onnx_compat.pipeline.verification import session  # noqa: F401
+from onnx_compat.versions import HAS_DYNAMO  # noqa: F401
