@@ -8,7 +8,7 @@ the bundled BLSTM (3 x 256 per direction, 1000 classes), the ISTFT vocoder head
 (``audio.vocoder``) and two transformers encoders from the zoo at their tiny
 zoo sizes (LasrEncoder, ParakeetEncoder; skipped when transformers is
 missing). Each is exported (TorchScript) and verified, then every recipe runs
-through ``onnx_compat.quantize`` with its default thresholds (SNR >= 20 dB,
+through ``onnx_compat.quantize()`` with its default thresholds (SNR >= 20 dB,
 cosine >= 0.99; top-1 frame agreement >= 0.95 for log-prob outputs) and at
 most 8 nodes of automatic exclusion. A recipe that misses them is reported
 with the error, not written.
@@ -38,7 +38,7 @@ from readme_block import write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
 from onnx_compat.models import audio, blstm, conformer, zoo  # noqa: E402
-from onnx_compat.quantize import RECIPE_NAMES, QuantizationError, quantize  # noqa: E402
+from onnx_compat.quantization import RECIPE_NAMES, QuantizationError, quantize  # noqa: E402
 from onnx_compat.spec import Dim, make_inputs  # noqa: E402
 
 

@@ -30,7 +30,7 @@ from onnx_compat.pipeline import export
 from onnx_compat.pipeline.files import check_writable, write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.verification import session, verify
-from onnx_compat.quantize import cli as quantize_cli
+from onnx_compat.quantization import cli as quantize_cli
 from onnx_compat.streaming import cli as streaming_cli
 
 
@@ -120,6 +120,10 @@ def _export_parser(sub) -> None:
     e.add_argument("--external-data", action="store_true", default=None,
                    help="weights in OUT.data beside the graph (automatic from 1 GiB of weights; less memory)")
     e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=_RUNTIME_HELP)
+    e.add_argument("--contract", help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding")
+    e.add_argument("--vocabulary", help="the contract's tokens, one per line (blank included)")
+    e.add_argument("--quantize", help="write an int8/float16 model, verified against the float one: "
+                   "int8-dynamic, int8-static, fp16, ... (the float model goes beside it)")
     hf_cli.add_arguments(e)
 
 
@@ -179,6 +183,16 @@ def progress_for(args) -> Optional[Progress]:
     return Progress(sys.stderr)
 
 
+def _vocabulary(path: Optional[str]) -> Optional[List[str]]:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [line.rstrip("\n") for line in fh if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"--vocabulary {path!r}: {exc.strerror or exc}") from exc
+
+
 def _dynamic(items: Optional[List[str]]):
     if not items:
         return None
@@ -214,7 +228,8 @@ def _export(args) -> int:
                         opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
                         strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples,
                         target=args.target, runtimes=args.runtime or (), external_data=args.external_data,
-                        progress=progress_for(args))
+                        progress=progress_for(args), contract=args.contract,
+                        vocabulary=_vocabulary(args.vocabulary), quantize=args.quantize)
         if args.json:
             report.to_json(args.json)
     print(report.summary())

@@ -15,9 +15,9 @@ import torch
 
 import onnx_compat
 from onnx_compat.models import blstm, conformer
-from onnx_compat.quantize import QuantizationError, finish_export, float_path_for, quantize
-from onnx_compat.quantize import cli as quantize_cli
-from onnx_compat.quantize.measures import CtcAgreement, Snr, Top1Agreement, greedy_ctc, resolve
+from onnx_compat.quantization import QuantizationError, finish_export, float_path_for, quantize
+from onnx_compat.quantization import cli as quantize_cli
+from onnx_compat.quantization.measures import CtcAgreement, Snr, Top1Agreement, greedy_ctc, resolve
 from onnx_compat.spec import make_inputs
 
 logging.getLogger("onnxruntime").setLevel(logging.ERROR)  # the quantizers' advice on pre-processing
