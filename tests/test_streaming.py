@@ -169,13 +169,14 @@ class Decoder(nn.Module):
         return self._attend(q, k, v, past_k.shape[1]), k, v
 
 
-def test_decoder_cache_grows_along_past(tmp_path):
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_decoder_cache_grows_along_past(tmp_path, exporter):
     torch.manual_seed(0)
     model, past = Decoder().eval(), Dim("past")
     path = str(tmp_path / "decoder.onnx")
     report = export_streaming(model.step, path, [TensorSpec("tokens", [B, 2], torch.int64, values=(0, 20))],
                               [StateSpec("past_k", [B, past, 16]), StateSpec("past_v", [B, past, 16])],
-                              [TensorSpec("logits", [B, 2, 20])], full_forward=model, exporter="torchscript")
+                              [TensorSpec("logits", [B, 2, 20])], full_forward=model, exporter=exporter)
     assert all(e["drift"]["logits"] < 1e-5 for e in report.verification), report.verification
     states = json.loads(report.metadata["streaming.states"])
     assert states[0]["init"] == "empty" and states[0]["grows"] == "past" and states[0]["shape_batch1"] == [1, 0, 16]
@@ -551,7 +552,34 @@ def test_chunk_with_lengths_by_keyword(tmp_path):
     path = str(tmp_path / "step.onnx")
     report = export_streaming(_WithLengths().step, path,
                               [TensorSpec("data", [B, time, F_IN], lengths=[1], arg="x", length_args={1: "lengths"})],
-                              [StateSpec("h", [B, 1, F_IN])], [TensorSpec("output", [B, time, F_IN], lengths=[1])],
-                              exporter="torchscript", chunk=4)
-    assert [i.name for i in onnx.load(path).graph.input] == ["data", "data:size1", "h"]
+                              [StateSpec("h", [B, 1, F_IN], output="h_next")],
+                              [TensorSpec("output", [B, time, F_IN], lengths=[1])], exporter="torchscript", chunk=4)
+    graph = onnx.load(path).graph
+    assert [i.name for i in graph.input] == ["data", "data:size1", "h"]
+    assert [o.name for o in graph.output] == ["output", "output:size1", "h_next"]
+    assert report.metadata["STATE_h"] == "h_next"
     assert report.verification[1]["sizes"] == {"batch": 3, "time": 4, "chunks": 6} and not report.degenerate
+
+
+class _ConvFirst(nn.Module):
+    """Time last from the start ([B, F, T]): a causal conv by F.pad, then a GRU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(10, 8, 3)
+        self.gru = nn.GRU(8, 6, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(torch.tanh(self.conv(F.pad(x, (2, 0)))).transpose(1, 2))[0]
+
+
+def test_streamify_time_last_input_and_gru():
+    torch.manual_seed(0)
+    model = _ConvFirst().eval()
+    step = streamify(model, time_axis=2)
+    assert [s.name for s in step.states] == ["conv_cache", "gru_h"]
+    x = torch.randn(2, 10, 12)
+    with torch.no_grad():
+        out1, *states = step(x[:, :, :5], *step.init_states(2))
+        out2, *_ = step(x[:, :, 5:], *states)
+        assert torch.allclose(torch.cat([out1, out2], 1), model(x), atol=1e-6), "chunks of 5 and 7 frames at B=2"
