@@ -583,3 +583,33 @@ def test_streamify_time_last_input_and_gru():
         out1, *states = step(x[:, :, :5], *step.init_states(2))
         out2, *_ = step(x[:, :, 5:], *states)
         assert torch.allclose(torch.cat([out1, out2], 1), model(x), atol=1e-6), "chunks of 5 and 7 frames at B=2"
+
+
+class _Lookahead(_Step):
+    """A centred conv: one frame of history (the state) and one of look-ahead (the right context)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(F_IN, F_IN, 3)
+
+    def forward(self, x):
+        return self.conv(F.pad(x.transpose(1, 2), (1, 1))).transpose(1, 2)
+
+    def step(self, x, previous):  # x: the 4 frames of this call, then 1 of look-ahead
+        joined = torch.cat([previous, x], 1)
+        return self.conv(joined.transpose(1, 2)).transpose(1, 2), x[:, -2:-1]
+
+
+def test_right_context(tmp_path):
+    model = _Lookahead().eval()
+    path = str(tmp_path / "lookahead.onnx")
+    report = export_streaming(model.step, path, [TensorSpec("data", [B, 5, F_IN])], [StateSpec("previous", [B, 1, F_IN])],
+                              [TensorSpec("output", [B, 4, F_IN])], right_context=1, full_forward=model,
+                              exporter="torchscript")
+    assert report.metadata["streaming.chunk_size"] == "5" and report.metadata["streaming.chunk_shift"] == "4"
+    assert report.metadata["streaming.right_context"] == "1"
+    assert all(e["drift"]["output"] < 1e-5 for e in report.verification), report.verification
+    x = torch.randn(2, 4 * 6 + 1, F_IN)  # six calls: 4 new frames each, the last call's look-ahead at the end
+    got, _ = runtime_stream(path, x.numpy(), "output")
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x)[:, :24].numpy(), atol=1e-5, err_msg="B=2, 6 calls of 4 + 1 frames")
