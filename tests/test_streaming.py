@@ -613,3 +613,16 @@ def test_right_context(tmp_path):
     got, _ = runtime_stream(path, x.numpy(), "output")
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x)[:, :24].numpy(), atol=1e-5, err_msg="B=2, 6 calls of 4 + 1 frames")
+
+
+def test_initial_values_from_a_function_go_into_the_metadata(tmp_path):
+    """A runtime cannot call init_states: small per-item values are written for it; batch-dependent ones are not."""
+    start = torch.linspace(-1.0, 1.0, F_IN).reshape(1, 1, F_IN)
+    _, report = _export(tmp_path, _NoneFirst().step, [StateSpec("h", [B, 1, F_IN])],
+                        init_states=lambda batch: [start.repeat(batch, 1, 1)])
+    state = json.loads(report.metadata["streaming.states"])[0]
+    assert state["init"] == "values" and state["values"] == start.tolist()
+    _, report = _export(tmp_path, _NoneFirst().step, [StateSpec("h", [B, 1, F_IN])],
+                        init_states=lambda batch: [torch.arange(batch * F_IN, dtype=torch.float32).reshape(batch, 1, F_IN)])
+    state = json.loads(report.metadata["streaming.states"])[0]
+    assert state["init"] == "custom" and "values" not in state

@@ -222,9 +222,10 @@ def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forw
     """The eager pre-pass, the graph's specs and metadata, and the verification's batch sizes."""
     example, grown, in_place, reads = _example(step_module, d, init_states, none_first, seed)
     graph_inputs, graph_outputs = _graph_specs(d, grown)
-    first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
+    first, second = (d.layout.initial({**d.sizes, **({d.batch_dim: b} if d.batch_dim else {})}, init_states, b)
+                     for b in (1, 2))
     meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, d.plan.time_axis,
-                              name, grown, metadata or {})
+                              name, grown, metadata or {}, second, d.batch_dim)
     batch_ex = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
     batches = list(batches or ([1, batch_ex + 1] if d.batch_dim else [1]))
     return _Job(step_module, d, graph_inputs, graph_outputs, example, meta, in_place, reads, batches, init_states,
