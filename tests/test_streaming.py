@@ -402,6 +402,9 @@ def test_declarations_are_checked(tmp_path):
     with pytest.raises(StreamingError, match="also a declared input or output") as err:
         _export(tmp_path, _Step().lin, [StateSpec("output", [B, 1])])
     assert err.value.state == "output"
+    with pytest.raises(StreamingError, match="state 'h' starts empty along 'B'") as err:  # the batch misnamed
+        _export(tmp_path, _Unpaired().step, [StateSpec("h", [Dim("B"), 1, F_IN]), StateSpec("c", [Dim("B"), 1, F_IN])])
+    assert err.value.state == "h"
     with pytest.raises(StreamingError, match="chunk=5 but input 'data' declares 4"):
         _export(tmp_path, _Unpaired().step, [StateSpec("h", [B, 1, F_IN])], chunk=5)
     assert os.listdir(tmp_path) == []
