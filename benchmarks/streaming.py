@@ -15,19 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import median_seconds  # noqa: E402,F401 - the shared convention; per-chunk loops are timed below
-
-from onnx_compat.models import lstm_encoder, streaming_conformer  # noqa: E402
-from onnx_compat.streaming import export_streaming  # noqa: E402
-from onnx_compat.streaming._deps import session  # noqa: E402
+from onnx_compat.models import lstm_encoder, streaming_conformer
+from onnx_compat.streaming import export_streaming
+from onnx_compat.streaming._deps import session
 
 HOP_SECONDS = 0.01  # one feature frame
 

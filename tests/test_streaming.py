@@ -169,13 +169,14 @@ class Decoder(nn.Module):
         return self._attend(q, k, v, past_k.shape[1]), k, v
 
 
-def test_decoder_cache_grows_along_past(tmp_path):
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_decoder_cache_grows_along_past(tmp_path, exporter):
     torch.manual_seed(0)
     model, past = Decoder().eval(), Dim("past")
     path = str(tmp_path / "decoder.onnx")
     report = export_streaming(model.step, path, [TensorSpec("tokens", [B, 2], torch.int64, values=(0, 20))],
                               [StateSpec("past_k", [B, past, 16]), StateSpec("past_v", [B, past, 16])],
-                              [TensorSpec("logits", [B, 2, 20])], full_forward=model, exporter="torchscript")
+                              [TensorSpec("logits", [B, 2, 20])], full_forward=model, exporter=exporter)
     assert all(e["drift"]["logits"] < 1e-5 for e in report.verification), report.verification
     states = json.loads(report.metadata["streaming.states"])
     assert states[0]["init"] == "empty" and states[0]["grows"] == "past" and states[0]["shape_batch1"] == [1, 0, 16]
@@ -401,6 +402,9 @@ def test_declarations_are_checked(tmp_path):
     with pytest.raises(StreamingError, match="also a declared input or output") as err:
         _export(tmp_path, _Step().lin, [StateSpec("output", [B, 1])])
     assert err.value.state == "output"
+    with pytest.raises(StreamingError, match="state 'h' starts empty along 'B'") as err:  # the batch misnamed
+        _export(tmp_path, _Unpaired().step, [StateSpec("h", [Dim("B"), 1, F_IN]), StateSpec("c", [Dim("B"), 1, F_IN])])
+    assert err.value.state == "h"
     with pytest.raises(StreamingError, match="chunk=5 but input 'data' declares 4"):
         _export(tmp_path, _Unpaired().step, [StateSpec("h", [B, 1, F_IN])], chunk=5)
     assert os.listdir(tmp_path) == []
@@ -551,7 +555,77 @@ def test_chunk_with_lengths_by_keyword(tmp_path):
     path = str(tmp_path / "step.onnx")
     report = export_streaming(_WithLengths().step, path,
                               [TensorSpec("data", [B, time, F_IN], lengths=[1], arg="x", length_args={1: "lengths"})],
-                              [StateSpec("h", [B, 1, F_IN])], [TensorSpec("output", [B, time, F_IN], lengths=[1])],
-                              exporter="torchscript", chunk=4)
-    assert [i.name for i in onnx.load(path).graph.input] == ["data", "data:size1", "h"]
+                              [StateSpec("h", [B, 1, F_IN], output="h_next")],
+                              [TensorSpec("output", [B, time, F_IN], lengths=[1])], exporter="torchscript", chunk=4)
+    graph = onnx.load(path).graph
+    assert [i.name for i in graph.input] == ["data", "data:size1", "h"]
+    assert [o.name for o in graph.output] == ["output", "output:size1", "h_next"]
+    assert report.metadata["STATE_h"] == "h_next"
     assert report.verification[1]["sizes"] == {"batch": 3, "time": 4, "chunks": 6} and not report.degenerate
+
+
+class _ConvFirst(nn.Module):
+    """Time last from the start ([B, F, T]): a causal conv by F.pad, then a GRU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(10, 8, 3)
+        self.gru = nn.GRU(8, 6, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(torch.tanh(self.conv(F.pad(x, (2, 0)))).transpose(1, 2))[0]
+
+
+def test_streamify_time_last_input_and_gru():
+    torch.manual_seed(0)
+    model = _ConvFirst().eval()
+    step = streamify(model, time_axis=2)
+    assert [s.name for s in step.states] == ["conv_cache", "gru_h"]
+    x = torch.randn(2, 10, 12)
+    with torch.no_grad():
+        out1, *states = step(x[:, :, :5], *step.init_states(2))
+        out2, *_ = step(x[:, :, 5:], *states)
+        assert torch.allclose(torch.cat([out1, out2], 1), model(x), atol=1e-6), "chunks of 5 and 7 frames at B=2"
+
+
+class _Lookahead(_Step):
+    """A centred conv: one frame of history (the state) and one of look-ahead (the right context)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(F_IN, F_IN, 3)
+
+    def forward(self, x):
+        return self.conv(F.pad(x.transpose(1, 2), (1, 1))).transpose(1, 2)
+
+    def step(self, x, previous):  # x: the 4 frames of this call, then 1 of look-ahead
+        joined = torch.cat([previous, x], 1)
+        return self.conv(joined.transpose(1, 2)).transpose(1, 2), x[:, -2:-1]
+
+
+def test_right_context(tmp_path):
+    model = _Lookahead().eval()
+    path = str(tmp_path / "lookahead.onnx")
+    report = export_streaming(model.step, path, [TensorSpec("data", [B, 5, F_IN])], [StateSpec("previous", [B, 1, F_IN])],
+                              [TensorSpec("output", [B, 4, F_IN])], right_context=1, full_forward=model,
+                              exporter="torchscript")
+    assert report.metadata["streaming.chunk_size"] == "5" and report.metadata["streaming.chunk_shift"] == "4"
+    assert report.metadata["streaming.right_context"] == "1"
+    assert all(e["drift"]["output"] < 1e-5 for e in report.verification), report.verification
+    x = torch.randn(2, 4 * 6 + 1, F_IN)  # six calls: 4 new frames each, the last call's look-ahead at the end
+    got, _ = runtime_stream(path, x.numpy(), "output")
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x)[:, :24].numpy(), atol=1e-5, err_msg="B=2, 6 calls of 4 + 1 frames")
+
+
+def test_initial_values_from_a_function_go_into_the_metadata(tmp_path):
+    """A runtime cannot call init_states: small per-item values are written for it; batch-dependent ones are not."""
+    start = torch.linspace(-1.0, 1.0, F_IN).reshape(1, 1, F_IN)
+    _, report = _export(tmp_path, _NoneFirst().step, [StateSpec("h", [B, 1, F_IN])],
+                        init_states=lambda batch: [start.repeat(batch, 1, 1)])
+    state = json.loads(report.metadata["streaming.states"])[0]
+    assert state["init"] == "values" and state["values"] == start.tolist()
+    _, report = _export(tmp_path, _NoneFirst().step, [StateSpec("h", [B, 1, F_IN])],
+                        init_states=lambda batch: [torch.arange(batch * F_IN, dtype=torch.float32).reshape(batch, 1, F_IN)])
+    state = json.loads(report.metadata["streaming.states"])[0]
+    assert state["init"] == "custom" and "values" not in state

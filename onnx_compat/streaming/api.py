@@ -95,7 +95,10 @@ def _example(step: StepModule, d: _Declared, init_fn, none_first: bool, seed: in
     reads: List = []
     for c in range(3):
         chunk = chunk_at(d.inputs, stream, d.plan, c)
-        got = run_step(step, chunk, states, d.outputs, d.plan.chunk, watch=True)
+        try:
+            got = run_step(step, chunk, states, d.outputs, d.plan.chunk, watch=True)
+        except StreamingError as exc:
+            raise _empty_hint(exc, d, init) from exc
         grown.update(check_states(d.layout, init if states[0] is None else states, got.states, d.sizes))
         in_place += [n for n in got.updated_in_place if n not in in_place]
         reads += [r for r in got.python_reads if r not in reads]
@@ -107,6 +110,17 @@ def _example(step: StepModule, d: _Declared, init_fn, none_first: bool, seed: in
     example = {**dict(zip(names, chunk)), **{s.name: v for s, v in zip(d.layout.flat, states)}}
     example = {k: v.contiguous().clone() for k, v in example.items()}
     return example, grown, in_place, reads
+
+
+def _empty_hint(exc: StreamingError, d: _Declared, init: List[torch.Tensor]) -> StreamingError:
+    """A step that fails on a state that starts empty: say which named dim made it empty."""
+    for spec, value in zip(d.layout.flat, init):
+        empty = [dim.name for dim, size in zip(spec.dims, value.shape) if isinstance(dim, Dim) and size == 0]
+        if empty and exc.state is None:
+            return StreamingError(f"{exc} [state {spec.name!r} starts empty along {empty[0]!r}: a named dim that "
+                                  "no input has grows from 0; if it is the batch, give it the inputs' Dim name]",
+                                  state=spec.name, chunk=exc.chunk, batch=exc.batch)
+    return exc
 
 
 def _check_initial(layout: StateLayout, init: List[torch.Tensor], sizes: Mapping[str, int]) -> None:
@@ -222,9 +236,10 @@ def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forw
     """The eager pre-pass, the graph's specs and metadata, and the verification's batch sizes."""
     example, grown, in_place, reads = _example(step_module, d, init_states, none_first, seed)
     graph_inputs, graph_outputs = _graph_specs(d, grown)
-    first = d.layout.initial({**d.sizes, **({d.batch_dim: 1} if d.batch_dim else {})}, init_states, 1)
+    first, second = (d.layout.initial({**d.sizes, **({d.batch_dim: b} if d.batch_dim else {})}, init_states, b)
+                     for b in (1, 2))
     meta = streaming_metadata(d.layout, first, d.plan.chunk, d.plan.shift, d.plan.right_context, d.plan.time_axis,
-                              name, grown, metadata or {})
+                              name, grown, metadata or {}, second, d.batch_dim)
     batch_ex = d.sizes.get(d.batch_dim, 1) if d.batch_dim else 1
     batches = list(batches or ([1, batch_ex + 1] if d.batch_dim else [1]))
     return _Job(step_module, d, graph_inputs, graph_outputs, example, meta, in_place, reads, batches, init_states,

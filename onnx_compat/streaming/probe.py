@@ -28,7 +28,7 @@ from ..spec import Dim, TensorSpec
 from ._deps import flatten
 from .errors import StreamingError
 from .python_reads import PythonRead, StateReads, named
-from .states import StateLayout, StateSpec
+from .states import StateLayout
 from .step import StepModule
 
 _SCALARS = (int, float, bool)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..spec import Dim
-from .causal_layers import CausalConv, Layers, Recurrent, find_layers, record
+from .causal_layers import CausalConv, Layers, Recurrent, find_layers, record, time_axes
 from .errors import NotStreamable
 from .states import StateSpec
 
@@ -42,17 +42,18 @@ def last_frames(x: torch.Tensor, count: int) -> torch.Tensor:
 class StreamStep(nn.Module):
     """``forward(chunk, *states) -> (output, *new_states)``; ``states``: the ``StateSpec`` list to export with."""
 
-    def __init__(self, graph: fx.GraphModule, states: List[StateSpec], model: nn.Module) -> None:
+    def __init__(self, graph: fx.GraphModule, states: List[StateSpec], model: nn.Module, batch: Dim) -> None:
         super().__init__()
         self.graph_module = graph
         self.states = states
+        self.batch_name = batch.name
         object.__setattr__(self, "full_forward", model)  # not a submodule: the weights are already the graph's
 
     def forward(self, chunk: torch.Tensor, *states: torch.Tensor):
         return self.graph_module(chunk, *states)
 
     def init_states(self, batch: int) -> List[torch.Tensor]:
-        return [s.initial({"batch": batch}) for s in self.states]
+        return [s.initial({self.batch_name: batch}) for s in self.states]
 
 
 def _trace(model: nn.Module) -> fx.GraphModule:
@@ -68,7 +69,7 @@ def _trace(model: nn.Module) -> fx.GraphModule:
     return gm
 
 
-def _example(model: nn.Module, example: Optional[torch.Tensor]) -> torch.Tensor:
+def _example(model: nn.Module, example: Optional[torch.Tensor], time_axis: int) -> torch.Tensor:
     if example is not None:
         return example
     first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv1d) + tuple(_RNN_TYPES))), None)
@@ -76,7 +77,9 @@ def _example(model: nn.Module, example: Optional[torch.Tensor]) -> torch.Tensor:
         raise NotStreamable("give example= (a [B, T, F] tensor): no first layer to read the feature size from")
     features = first.in_features if isinstance(first, nn.Linear) else \
         first.in_channels if isinstance(first, nn.Conv1d) else first.input_size
-    return torch.randn(2, 16, features, generator=torch.Generator().manual_seed(0))
+    shape = [2, features]
+    shape.insert(time_axis, 16)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 
 
 _RNN_TYPES = (nn.LSTM, nn.GRU, nn.RNN)
@@ -94,7 +97,7 @@ def streamify(model: nn.Module, example: Optional[torch.Tensor] = None, *, time_
     model.eval()
     try:
         gm = _trace(model)
-        x = _example(model, example)
+        x = _example(model, example, time_axis)
         longer = torch.randn(*[s + 5 if i == time_axis else s for i, s in enumerate(x.shape)],
                              generator=torch.Generator().manual_seed(1)).to(x.dtype)
         short, long = record(gm, x), record(gm, longer)
@@ -102,7 +105,8 @@ def streamify(model: nn.Module, example: Optional[torch.Tensor] = None, *, time_
         if not layers.convs and not layers.rnns:
             raise NotStreamable(f"{type(model).__name__} has no causal conv or RNN: it is frame-wise, export() "
                                 "streams it as it is", module=type(model).__name__)
-        step = StreamStep(*_build(gm, layers, batch), model)
+        step = StreamStep(*_build(gm, layers, batch), model, batch)
+        step.output_time_axis = _output_axis(gm, short, long)
         if check:
             _check_exact(step, model, x, time_axis)
         return step
@@ -186,6 +190,16 @@ def _getitem(value, index: int):
     return value[index]
 
 
+def _output_axis(gm: fx.GraphModule, short, long) -> int:
+    """The time axis of the model's (first) output, where the concatenated stream is compared."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    first = next(iter(output.all_input_nodes), None)
+    axis = time_axes(short, long).get(first)
+    if axis is None or axis < 0:
+        raise NotStreamable("the model's output has no single time axis", module=type(gm).__name__)
+    return axis
+
+
 def _check_exact(step: StreamStep, model: nn.Module, x: torch.Tensor, time_axis: int) -> None:
     """Streamed in uneven chunks (1 frame included) the step must give the full forward's output."""
     total = x.shape[time_axis]
@@ -198,7 +212,7 @@ def _check_exact(step: StreamStep, model: nn.Module, x: torch.Tensor, time_axis:
             out, *states = step(x.narrow(time_axis, start, size), *states)
             pieces.append(out)
             start += size
-        streamed = torch.cat(pieces, dim=time_axis)
+        streamed = torch.cat(pieces, dim=step.output_time_axis)
     if streamed.shape != full.shape or not torch.allclose(streamed, full, atol=1e-5, rtol=1e-4):
         err = float((streamed - full).abs().max()) if streamed.shape == full.shape else float("inf")
         raise NotStreamable(f"the derived step does not reproduce {type(model).__name__}'s full forward (max abs "

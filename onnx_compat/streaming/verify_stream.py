@@ -107,7 +107,7 @@ def onnx_stream(sess, inputs, outputs, layout: StateLayout, stream, plan: Plan, 
     result = Stream([], [], [False] * len(init))
     states = [s.numpy() for s in init]
     for c in range(plan.chunks):
-        feeds = {n: t.numpy() for n, t in zip(in_names, chunk_at(inputs, stream, plan, c))}
+        feeds = {n: np.ascontiguousarray(t.numpy()) for n, t in zip(in_names, chunk_at(inputs, stream, plan, c))}
         feeds.update({s.name: v for s, v in zip(layout.flat, states)})
         try:
             got = sess.run(out_names + state_out, {k: v for k, v in feeds.items() if k in accepted})
