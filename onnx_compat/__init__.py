@@ -26,12 +26,14 @@ from onnx_compat.pipeline import export  # noqa: E402
 from onnx_compat.pipeline.report import Attempt, Report  # noqa: E402
 from onnx_compat.pipeline.verification import verify  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
-from onnx_compat.streaming import StateSpec, export_streaming, streamify  # noqa: E402
+from onnx_compat.streaming import (NotStreamable, StateSpec, StreamingError, StreamMismatch,  # noqa: E402
+                                   export_streaming, streamify)
 
 _moved.install()
 
 __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify",
            "describe", "check_rasr", "diagnose", "Report", "Attempt", "export_streaming", "StateSpec", "streamify",
+           "StreamingError", "StreamMismatch", "NotStreamable",
            "quantize", "from_pretrained_dir", "export_pretrained",
            "OnnxCompatError", "ExportError", "CaptureError", "DimSpecialized", "SpecError", "SpectralError",
            "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]

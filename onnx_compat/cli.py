@@ -287,7 +287,7 @@ def run(argv: Optional[List[str]] = None) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return run(argv)
-    except UsageError as exc:
+    except (UsageError, streaming_cli.FactoryError) as exc:
         print(f"onnx-compat: usage error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # one clear line for a pipeline's log, and the module at fault when known
