@@ -94,7 +94,10 @@ def test_conformer_decodes_in_sherpa_onnx_like_pytorch(exporter, conformer_nemo,
     assert {k: meta[k] for k in ("vocab_size", "subsampling_factor", "normalize_type")} == \
         {"vocab_size": "12", "subsampling_factor": "4", "normalize_type": "per_feature"}
     assert applied.files["tokens.txt"].splitlines()[-1] == "<blk> 11"
+    model.train()  # as the pipeline may hand it over (after a TorchScript capture): the reference runs in eval mode
     checks = applied.verify_in_consumer(proto, model, inputs)
+    assert all(m.training for m in model.modules()), "the model's training flags were not restored"
+    model.eval()
     assert [c.get("skipped") for c in checks] == [None, None], checks  # both consumers ran
     for check in checks:
         assert check["ok"] and len(set(check["frames"])) == 4, check  # four lengths in one batch

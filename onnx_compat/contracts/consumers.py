@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..spec import forward_arguments
-from ._deps import OnnxCompatError
+from ._deps import OnnxCompatError, preserved
 
 
 class ConsumerMismatch(OnnxCompatError, RuntimeError):
@@ -32,9 +32,11 @@ class ConsumerMismatch(OnnxCompatError, RuntimeError):
 
 
 def eager(model: torch.nn.Module, inputs, tensors: Sequence[torch.Tensor]):
-    """``model``'s outputs on ``tensors`` (ONNX input order), called as the export calls it, as a tuple."""
+    """``model``'s outputs on ``tensors`` (ONNX input order), called as the export calls it, as a tuple: in eval
+    mode whatever mode the model is in (inside the pipeline, after a TorchScript capture, it was in training
+    mode: dropout made the reference differ), and left as it was."""
     pairs = forward_arguments(model, inputs)
-    with torch.no_grad():
+    with preserved(model), torch.no_grad():
         if all(arg is None for _, arg in pairs):
             out = model(*tensors)
         else:
