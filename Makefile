@@ -35,7 +35,7 @@ $(MVENV)/%/.installed: constraints/torch-%.txt constraints/tools.txt setup.py
 	touch $@
 
 # The whole suite on every version, then the bundled Conformer and BLSTM through export(exporter="auto");
-# prints the README's support table (--write README.md replaces it there).
+# prints the support table (MATRIX_ARGS="--write docs/compatibility.md" replaces it there).
 test-matrix: $(STAMP) $(MATRIX:%=$(MVENV)/%/.installed)
 	$(PY) benchmarks/support_matrix.py $(MATRIX_ARGS) .venv $(MATRIX:%=$(MVENV)/%)
 
@@ -61,6 +61,14 @@ runtimes: $(VENVORT)/.installed $(NODEORT)/.installed
 
 test-runtimes: $(STAMP) runtimes
 	$(PY) -m pytest -q tests/test_targets.py
+
+# The benchmark tables of docs/benchmarks.md, measured and written in place (run alone: they are timings).
+bench: $(STAMP)
+	$(PY) benchmarks/padding_paths.py --write docs/benchmarks.md
+	$(PY) benchmarks/eager_overhead.py --write docs/benchmarks.md
+	$(PY) benchmarks/export_cost.py --write docs/benchmarks.md
+	$(PY) benchmarks/op_tail.py --write docs/benchmarks.md
+	$(PY) benchmarks/spectral.py --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) $(MVENV) $(VENVORT) $(NODEORT) *.egg-info .pytest_cache .hypothesis

@@ -26,17 +26,31 @@ from onnx_compat.pipeline import export  # noqa: E402
 from onnx_compat.pipeline.report import Attempt, Report  # noqa: E402
 from onnx_compat.pipeline.verification import verify  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
+from onnx_compat.streaming import (NotStreamable, StateSpec, StreamingError, StreamMismatch,  # noqa: E402
+                                   export_streaming, streamify)
 
 _moved.install()
 
 __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify",
-           "describe", "check_rasr", "diagnose", "Report", "Attempt",
+           "describe", "check_rasr", "diagnose", "Report", "Attempt", "export_streaming", "StateSpec", "streamify",
+           "StreamingError", "StreamMismatch", "NotStreamable",
+           "quantize", "from_pretrained_dir", "export_pretrained",
            "OnnxCompatError", "ExportError", "CaptureError", "DimSpecialized", "SpecError", "SpectralError",
            "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]
 
 
+_LAZY = {"quantize": ("onnx_compat.quantization", "quantize"),  # ONNX Runtime's quantization tools load on use
+         "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),
+         "export_pretrained": ("onnx_compat.huggingface", "export_pretrained")}
+
+
 def __getattr__(name: str):
-    """``onnx_compat.inspect``, the old name of ``describe``: it shadowed the standard library's module."""
+    """Names whose modules load on first use; and ``onnx_compat.inspect``, the old name of ``describe``
+    (it shadowed the standard library's module)."""
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     if name == "inspect":
         import warnings
         warnings.warn("onnx_compat.inspect is now onnx_compat.describe", DeprecationWarning, stacklevel=2)

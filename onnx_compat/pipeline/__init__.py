@@ -11,7 +11,7 @@ Nothing is written unless every stage passed, and the model is left as it was.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -30,7 +30,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
            strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
            opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
            cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=(),
-           external_data: Optional[bool] = None, progress: Optional[Callable[[str], None]] = None) -> Report:
+           external_data: Optional[bool] = None, progress: Optional[Callable[[str], None]] = None,
+           contract: Optional[str] = None, vocabulary: Optional[Sequence[str]] = None,
+           quantize: Optional[str] = None, quantize_options: Optional[Mapping[str, object]] = None) -> Report:
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
@@ -51,19 +53,27 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     weights in ``<path>.data`` beside the graph (default: from 1 GiB of weights
     on; past 2 GB it is a must); it also lowers the export's peak memory.
     ``progress``: called with the name of each stage as it starts (the CLI shows them on a terminal).
+    ``contract``: a consumer's contract (``"sherpa-onnx/nemo-ctc"``, ``"rasr"``, ... see
+    ``contracts/``): checked against the specs before exporting and against the graph before writing,
+    its metadata and files (``tokens.txt`` from ``vocabulary``) written, and with ``verify`` the model
+    run inside that consumer. ``quantize``: ``"int8-dynamic"``, ``"int8-static"``, ``"fp16"``, ... (see
+    ``quantization/``): once the float model is proven, the approximate model verified with measures
+    that fit it is written at ``path`` and the float model beside it (``model.float.onnx``);
+    ``quantize_options``: its measures, thresholds and exclusion limit.
     """
     t_start = time.perf_counter()
     request = build_request(model, path, inputs, outputs, exporter=exporter, sizes=sizes, examples=examples,
                             seed=seed, target=target, opset=opset, runtimes=runtimes, external_data=external_data,
                             metadata=metadata, verify=verify, atol=atol, rtol=rtol, strict=strict, rasr=rasr,
-                            patches=patches, cleanup=cleanup, progress=progress)
+                            patches=patches, cleanup=cleanup, progress=progress, contract=contract,
+                            vocabulary=vocabulary, quantize=quantize, quantize_options=dict(quantize_options or {}))
     report = Report(path=request.path, target=str(request.target) if request.target else None)
     with folder_for(request.path, request.spill) as spill, preserved(model):
         request.tell("checking the model's outputs")
         request.subject.check_outputs()
         used = _first_verified(request, report, spill)
         stages.conclude(request, report, used)
-        stages.write(request, report, used.proto, spill)
+        stages.write(request, report, used, spill)
     report.timings["total"] = time.perf_counter() - t_start
     return report
 

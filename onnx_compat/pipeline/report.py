@@ -46,6 +46,8 @@ class Report:
     external_data: Optional[str] = None  # the weights' file beside the model (past protobuf's 2 GB)
     target: Optional[str] = None  # the ONNX Runtime release the model was made to load in
     timings: Dict[str, float] = field(default_factory=dict)
+    contract: Optional[dict] = None  # the consumer contract that held, and what its consumers said
+    quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -41,6 +41,10 @@ class ExportRequest:
     spill: bool = False  # the weights go to a data file beside the graph
     weight_bytes: int = 0
     progress: Optional[Callable[[str], None]] = None  # told each stage as it starts (the CLI prints it)
+    contract: Optional[str] = None  # a consumer contract's name (``contracts/``), checked before exporting
+    vocabulary: Optional[Sequence[str]] = None  # the contract's tokens, blank included
+    quantize: Optional[str] = None  # a recipe (``quantization/``): the approximate model is what is written
+    quantize_options: Mapping[str, object] = field(default_factory=dict)
 
     def tell(self, stage: str) -> None:
         if self.progress is not None:
@@ -72,6 +76,22 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     check_room(written, size)
     # weights from 1 GiB on stay in a data file beside the graph (weights.py), removed unless written
     spill = external_data if external_data is not None else size >= weights.IN_MEMORY_LIMIT
+    _check_deployment(subject, options, examples, bool(spill))
     return ExportRequest(subject, written, exporter, capture.strategies_for(exporter), target=deploy, opset=opset,
                          runtimes=others, spill=bool(spill), weight_bytes=size, metadata=dict(metadata or {}),
                          **options)
+
+
+def _check_deployment(subject: Subject, options: dict, examples, spill: bool) -> None:
+    """A contract the specs cannot satisfy, or a quantization recipe, measure or calibration example that
+    is wrong, is refused now: before a minute of exporting."""
+    if options.get("contract"):
+        from onnx_compat.contracts import check_specs
+        check_specs(options["contract"], subject.inputs, subject.outputs)
+    if options.get("quantize"):
+        from onnx_compat.quantization import check_request
+        if spill:
+            raise ValueError("quantize= needs the weights in memory; the export spills them (external_data)")
+        check_request(options["quantize"], subject.inputs, subject.outputs, examples=examples,
+                      **dict(options.get("quantize_options") or {}))
+

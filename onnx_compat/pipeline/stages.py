@@ -39,6 +39,7 @@ class Graph:
     proto: onnx.ModelProto
     results: Optional[list]
     attempt: Attempt
+    applied: Optional[object] = None  # the consumer contract that held (``contracts.Applied``)
 
 
 def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
@@ -252,9 +253,25 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
         report.rasr = check.to_dict()
         if not check.ok:
             raise ExportError("RASR would refuse this model: " + "; ".join(check.findings), stage="rasr")
+    if request.contract:
+        used.applied = _contracted(request, report, used.proto)
     summary = graph.describe(used.proto)
     for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
         setattr(report, key, summary[key])
+
+
+def _contracted(request: ExportRequest, report: Report, proto: onnx.ModelProto):
+    """The consumer's contract on the graph (its metadata; its checks before writing), and with ``verify``
+    the model run inside the consumer itself."""
+    from onnx_compat.contracts import apply_contract
+    subject = request.subject
+    request.tell(f"contract {request.contract}")
+    applied = apply_contract(request.contract, proto, subject.inputs, subject.outputs,
+                             vocabulary=request.vocabulary, metadata=request.metadata)
+    if request.verify:
+        applied.verify_in_consumer(proto, subject.model, subject.inputs)
+    report.contract = applied.to_dict()
+    return applied
 
 
 def _why(choice: str, name: str) -> str:
@@ -270,12 +287,28 @@ def only_torchscript() -> str:
     return "" if capture.HAS_DYNAMO else f" ({versions.NO_DYNAMO}: TorchScript only)"
 
 
-def write(request: ExportRequest, report: Report, proto: onnx.ModelProto, spill) -> None:
-    """The graph (fitted to the target) into place atomically, its weights beside it when spilled."""
+def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
+    """The graph (fitted to the target) into place atomically, its weights beside it when spilled; with
+    ``quantize`` the approximate model instead (the float one beside it), with a contract its files."""
     request.tell("writing")
+    proto = used.proto
     releases.fit(proto, request.target)  # a cleaned graph that was not verified is fitted here
-    if spill is None:
+    if request.quantize:
+        _quantized(request, report, proto)
+    elif spill is None:
         write_atomically(proto, request.path)
     else:
         spill.commit(proto)
         report.external_data = os.path.basename(request.path) + ".data"
+    if used.applied is not None:
+        used.applied.write_files(os.path.dirname(request.path))
+
+
+def _quantized(request: ExportRequest, report: Report, proto: onnx.ModelProto) -> None:
+    from onnx_compat.quantization import finish_export
+    subject = request.subject
+    request.tell(f"quantization ({request.quantize})")
+    result = finish_export(proto, request.path, subject.model, subject.inputs, subject.outputs, report,
+                           recipe=request.quantize, examples=subject.examples or None,
+                           **dict(request.quantize_options))
+    report.quantization = result.to_dict()

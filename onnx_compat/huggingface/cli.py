@@ -1,0 +1,106 @@
+"""``onnx-compat export hf:DIR --task TASK --out model.onnx``: the command line of ``export_pretrained``.
+
+``add_arguments`` adds ``--task`` (and ``--no-files``) to an ``export``
+parser and ``export_from_args`` runs an export whose source is ``hf:DIR``, so
+the main command line can hand ``hf:`` sources over. ``main(argv)`` is the
+same as a command of its own (``python -m onnx_compat.huggingface.cli hf:DIR
+...``): exit 0 on success, 2 for bad input (an ``HFError``: one line naming
+it), 1 for a failed export.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from .errors import HFError
+from .families import COVERED, TASK_NAMES
+from .job import export_pretrained
+
+PREFIX = "hf:"
+
+
+def is_hf_source(source: str) -> bool:
+    return isinstance(source, str) and source.startswith(PREFIX)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options an ``hf:DIR`` source takes beyond those of ``export``."""
+    parser.add_argument("--task", choices=TASK_NAMES,
+                        help="hf:DIR only: what to export (default: the task of the checkpoint's architecture)")
+    parser.add_argument("--no-files", action="store_true",
+                        help="hf:DIR only: do not copy config, preprocessor and tokenizer files beside the model")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onnx-compat export", description=(
+        "Export a transformers checkpoint folder (hf:DIR) with lengths, verify it, write it and its runtime "
+        f"files. Covered model types: {', '.join(COVERED)}."))
+    p.add_argument("factory", metavar="hf:DIR", help="a transformers checkpoint folder, prefixed hf:")
+    p.add_argument("--out", required=True, help="the .onnx file to write")
+    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
+    p.add_argument("--json", help="also write the report as JSON here")
+    p.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
+    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
+    p.add_argument("--opset", type=int)
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime check (not recommended)")
+    p.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
+    p.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
+    add_arguments(p)
+    return p
+
+
+def _pairs(items: Optional[List[str]], option: str, cast=str) -> dict:
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{option} takes KEY=VALUE, got {item!r}")
+        out[key] = cast(value)
+    return out
+
+
+def export_from_args(args: argparse.Namespace, examples=None):
+    """Export ``args.factory`` (``hf:DIR``) as the ``export`` options say; the ``Report``.
+
+    Options the parser at hand does not define keep ``export``'s defaults.
+    """
+    folder = args.factory[len(PREFIX):] if is_hf_source(args.factory) else args.factory
+    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    kwargs = dict(exporter=get("exporter", "auto"), sizes=_pairs(get("size"), "--size", int) or None,
+                  metadata=_pairs(get("metadata"), "--metadata"), opset=get("opset"), atol=get("atol", 1e-4),
+                  rtol=get("rtol", 1e-3), verify=not get("no_verify", False), strict=get("strict", False),
+                  rasr=get("rasr", False), target=get("target"), examples=examples)
+    for name, key in (("runtime", "runtimes"), ("external_data", "external_data")):
+        if get(name) is not None:
+            kwargs[key] = get(name)
+    report = export_pretrained(folder, args.out, get("task"), copy_files=not get("no_files", False), **kwargs)
+    if get("json"):
+        report.to_json(args.json)
+    return report
+
+
+def run(argv: Optional[List[str]] = None):
+    """Parse ``argv`` and export; the ``Report`` (errors raised)."""
+    return export_from_args(build_parser().parse_args(argv))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        report = run(argv)
+    except HFError as exc:
+        print(f"onnx-compat: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - one line for a pipeline's log
+        lines = str(exc).strip().splitlines()
+        print(f"onnx-compat: {type(exc).__name__}: {lines[0] if lines else ''}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    print("files       " + (", ".join(report.files) or "none"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
