@@ -215,3 +215,23 @@ def test_rasr_is_a_contract(tmp_path):
     proto64 = _quick(job["model"], inputs, job["outputs"], tmp_path)
     with pytest.raises(ContractError, match="features-size 'data:size1': dtype must be int32, is int64"):
         apply_contract("rasr", proto64, inputs, job["outputs"])
+
+
+def test_export_with_the_contract_writes_and_verifies_in_sherpa_onnx(tmp_path):
+    """The whole pipeline: export(contract=..., vocabulary=...) checks, decodes in sherpa-onnx, writes tokens.txt;
+    a model sherpa-onnx would misread is refused and nothing is written."""
+    pytest.importorskip("sherpa_onnx")
+    pytest.importorskip("kaldi_native_fbank")
+    inputs, outputs = cm.nemo_specs()
+    path = str(tmp_path / "model.onnx")
+    report = export(cm.conformer_ctc(), path, inputs, outputs, exporter="torchscript", contract=NEMO,
+                    vocabulary=cm.vocabulary(), metadata=NEMO_META)
+    assert report.contract["metadata"]["subsampling_factor"] == "4"
+    assert [c["ok"] for c in report.contract["consumer_checks"]] == [True, True], report.contract
+    assert (tmp_path / "tokens.txt").read_text().splitlines()[-1] == "<blk> 11"
+    refused = str(tmp_path / "refused" / "model.onnx")
+    os.makedirs(os.path.dirname(refused))
+    with pytest.raises(ContractError, match="output 0 frames"):
+        export(cm.conformer_ctc(right_pad=0), refused, inputs, outputs, exporter="torchscript", contract=NEMO,
+               vocabulary=cm.vocabulary(), metadata=NEMO_META)
+    assert os.listdir(os.path.dirname(refused)) == []
