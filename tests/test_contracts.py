@@ -79,26 +79,41 @@ def test_bundled_conformer_default_io_is_refused_before_export():
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
-def test_conformer_decodes_in_sherpa_onnx_like_pytorch(exporter, conformer_nemo, tmp_path):
-    """The Python recognizer and the native binary, batched, give PyTorch's greedy tokens exactly."""
+def test_conformer_decodes_in_sherpa_onnx_like_pytorch(exporter, tmp_path):
+    """export(contract=..., vocabulary=...): the Python recognizer and the native binary, batched, give PyTorch's
+    greedy tokens exactly; the metadata is on the model and tokens.txt beside it."""
     pytest.importorskip("sherpa_onnx")
     pytest.importorskip("kaldi_native_fbank")
     inputs, outputs = cm.nemo_specs()
-    if exporter == "torchscript":
-        model, proto = conformer_nemo[0], onnx.ModelProto.FromString(conformer_nemo[1].SerializeToString())
-    else:
-        model = cm.conformer_ctc()
-        proto = _exported(model, inputs, outputs, tmp_path, exporter)
-    applied = apply_contract(NEMO, proto, inputs, outputs, vocabulary=cm.vocabulary(), metadata=NEMO_META)
-    meta = {p.key: p.value for p in proto.metadata_props}
+    path = str(tmp_path / "model.onnx")
+    report = export(cm.conformer_ctc(), path, inputs, outputs, exporter=exporter, contract=NEMO,
+                    vocabulary=cm.vocabulary(), metadata=NEMO_META)
+    meta = {p.key: p.value for p in onnx.load(path).metadata_props}
     assert {k: meta[k] for k in ("vocab_size", "subsampling_factor", "normalize_type")} == \
         {"vocab_size": "12", "subsampling_factor": "4", "normalize_type": "per_feature"}
-    assert applied.files["tokens.txt"].splitlines()[-1] == "<blk> 11"
-    checks = applied.verify_in_consumer(proto, model, inputs)
+    assert (tmp_path / "tokens.txt").read_text().splitlines()[-1] == "<blk> 11"
+    checks = report.contract["consumer_checks"]
     assert [c.get("skipped") for c in checks] == [None, None], checks  # both consumers ran
     for check in checks:
         assert check["ok"] and len(set(check["frames"])) == 4, check  # four lengths in one batch
         assert min(check["tokens"]) >= 3, f"degenerate decode, nothing compared: {check}"
+
+
+def test_the_reference_runs_in_eval_mode(conformer_nemo):
+    """A model handed over in training mode (the pipeline does, after a TorchScript capture) is decoded by
+    PyTorch in eval mode, as exported, and left in training mode."""
+    pytest.importorskip("sherpa_onnx")
+    pytest.importorskip("kaldi_native_fbank")
+    model, proto = conformer_nemo[0], onnx.ModelProto.FromString(conformer_nemo[1].SerializeToString())
+    inputs, outputs = cm.nemo_specs()
+    applied = apply_contract(NEMO, proto, inputs, outputs, vocabulary=cm.vocabulary(), metadata=NEMO_META)
+    model.train()
+    try:
+        (check,) = applied.verify_in_consumer(proto, model, inputs, only=[NemoCtcPython().name])
+        assert all(m.training for m in model.modules()), "the model's training flags were not restored"
+    finally:
+        model.eval()
+    assert check["ok"], check
 
 
 def test_valid_subsampling_is_refused_and_what_that_prevents(conformer_valid, tmp_path):
@@ -111,6 +126,12 @@ def test_valid_subsampling_is_refused_and_what_that_prevents(conformer_valid, tm
         apply_contract(NEMO, proto, inputs, outputs, vocabulary=cm.vocabulary(), metadata=NEMO_META)
     assert err.value.what == "output 0 frames" and "7 at T=32 (decodes 8)" in err.value.got, err.value
     assert proto.SerializeToString() == before
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    with pytest.raises(ContractError, match="output 0 frames"):
+        export(model, str(refused / "model.onnx"), inputs, cm.nemo_specs()[1], exporter="torchscript", contract=NEMO,
+               vocabulary=cm.vocabulary(), metadata=NEMO_META)
+    assert os.listdir(refused) == []  # neither the model nor tokens.txt
     pytest.importorskip("sherpa_onnx")
     pytest.importorskip("kaldi_native_fbank")
     forced = _force(proto, inputs, outputs)
@@ -159,7 +180,7 @@ def test_without_the_contract_sherpa_onnx_ends_the_process(conformer_nemo, tmp_p
     (tmp_path / "tokens.txt").write_text("".join(f"{s} {i}\n" for i, s in enumerate(cm.vocabulary())))
     code = ("import sys, sherpa_onnx; sherpa_onnx.OfflineRecognizer.from_nemo_ctc(model=sys.argv[1], "
             "tokens=sys.argv[2], feature_dim=20)")
-    with pytest.raises(RuntimeError, match="'vocab_size' does not exist in the metadata"):
+    with pytest.raises(ConsumerMismatch, match="exit code 255: .*'vocab_size' does not exist in the metadata"):
         run_child(code, [path, str(tmp_path / "tokens.txt")], "sherpa-onnx")
 
 
@@ -212,3 +233,4 @@ def test_rasr_is_a_contract(tmp_path):
     proto64 = _quick(job["model"], inputs, job["outputs"], tmp_path)
     with pytest.raises(ContractError, match="features-size 'data:size1': dtype must be int32, is int64"):
         apply_contract("rasr", proto64, inputs, job["outputs"])
+

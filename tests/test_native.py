@@ -9,6 +9,7 @@ when the compiler or the headers are missing.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ CPP = os.path.join(ROOT, "deploy", "cpp")
 HEADER_DIRS = [os.environ.get("ONNX_COMPAT_ORT_INCLUDE", ""), os.path.join(CPP, "build", "root", "usr", "include", "onnxruntime"),
                "/usr/include/onnxruntime"]
 LIBRARIES = [pkg for pkg, module in (("onnxruntime", "onnxruntime"), ("sherpa-onnx", "sherpa_onnx"))
-             if __import__("importlib").util.find_spec(module)]
+             if importlib.util.find_spec(module)]
 
 
 def _headers():

@@ -10,7 +10,7 @@ from typing import Mapping, Optional, Sequence
 
 from .base import Applied, Contract, ContractError, Finding
 from .rasr_contract import RASR
-from .sherpa_consumers import ConsumerMismatch
+from .consumers import ConsumerMismatch
 from .sherpa_onnx import NEMO_CTC, SPEAKER_EMBEDDING
 
 CONTRACTS = (RASR, NEMO_CTC, SPEAKER_EMBEDDING)

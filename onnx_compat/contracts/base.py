@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import onnx
 import torch
 
-from ._deps import load, value_info
+from ._deps import OnnxCompatError, load, value_info
 
 # Axis kinds in a port's layout: how the consumer feeds or reads that axis.
 BATCH = "batch"      # symbolic, or 1 (the consumer may feed one item at a time)
@@ -38,7 +38,7 @@ class Finding:
         return f"{self.what}: expected {self.expected}, got {self.got}"
 
 
-class ContractError(ValueError):
+class ContractError(OnnxCompatError, ValueError):
     """The model (or its specs) cannot satisfy the consumer's contract; nothing was written."""
 
     def __init__(self, contract: str, findings: Sequence[Finding]):

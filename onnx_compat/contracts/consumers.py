@@ -18,16 +18,25 @@ import numpy as np
 import torch
 
 from ..spec import forward_arguments
+from ._deps import OnnxCompatError, preserved
 
 
-class ConsumerUnavailable(RuntimeError):
-    """The consumer (a package or a program) is not installed here."""
+class ConsumerMismatch(OnnxCompatError, RuntimeError):
+    """The consumer's result differs from eager PyTorch's on the same input, or the consumer failed on it.
+    ``case``: the utterance or input case (None: the consumer's run as a whole), ``expected``, ``got``."""
+
+    def __init__(self, consumer: str, case: Optional[int], expected, got, detail: str = ""):
+        self.consumer, self.case, self.expected, self.got = consumer, case, expected, got
+        where = "" if case is None else f" case {case}"
+        super().__init__(f"{consumer}:{where}{detail}: expected {expected}, got {got}")
 
 
 def eager(model: torch.nn.Module, inputs, tensors: Sequence[torch.Tensor]):
-    """``model``'s outputs on ``tensors`` (ONNX input order), called as the export calls it, as a tuple."""
+    """``model``'s outputs on ``tensors`` (ONNX input order), called as the export calls it, as a tuple: in eval
+    mode whatever mode the model is in (inside the pipeline, after a TorchScript capture, it was in training
+    mode: dropout made the reference differ), and left as it was."""
     pairs = forward_arguments(model, inputs)
-    with torch.no_grad():
+    with preserved(model), torch.no_grad():
         if all(arg is None for _, arg in pairs):
             out = model(*tensors)
         else:
@@ -47,16 +56,15 @@ def greedy_ctc(log_probs: np.ndarray, frames: int, blank: int) -> List[int]:
 
 def run_child(code: str, args: Sequence[str], what: str, timeout: int = 300) -> str:
     """Stdout of ``code`` run by this interpreter; a failure quotes the consumer's last log line."""
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit code {done.returncode}): {_last_line(done.stderr)}")
-    return done.stdout
+    return run_program([sys.executable, "-c", code, *args], what, timeout)
 
 
 def run_program(command: Sequence[str], what: str, timeout: int = 300) -> str:
+    """Stdout of ``command``; a failure (sherpa-onnx exits on a model it refuses) is a ``ConsumerMismatch``
+    quoting the consumer's last log line."""
     done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit code {done.returncode}): {_last_line(done.stderr)}")
+        raise ConsumerMismatch(what, None, "a result", f"exit code {done.returncode}: {_last_line(done.stderr)}")
     return done.stdout
 
 

@@ -18,8 +18,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .consumers import eager, run_program
-from .sherpa_consumers import ConsumerMismatch
+from .consumers import ConsumerMismatch, eager, run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_BINARY = os.path.join(ROOT, "deploy", "cpp", "build", "rasr_consumer")

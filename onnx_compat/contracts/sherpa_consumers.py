@@ -18,15 +18,7 @@ import numpy as np
 import torch
 
 from . import frontends
-from .consumers import eager, greedy_ctc, installed, program, run_child, run_program
-
-
-class ConsumerMismatch(AssertionError):
-    """The consumer's result differs from eager PyTorch's on the same audio."""
-
-    def __init__(self, consumer: str, utterance: int, expected, got, detail: str = ""):
-        self.consumer, self.utterance, self.expected, self.got = consumer, utterance, expected, got
-        super().__init__(f"{consumer}: utterance {utterance}{detail}: expected {expected}, got {got}")
+from .consumers import ConsumerMismatch, eager, greedy_ctc, installed, program, run_child, run_program
 
 
 _RECOGNIZE = r"""
