@@ -17,6 +17,7 @@ class Attempt:
     culprit: Optional[str] = None  # "culprit <module path> (<Class>): <what>" of a failed attempt
     # what the attempt found on its way; the used attempt's become the report's own fields
     repairs: List[str] = field(default_factory=list)
+    openvino: List[str] = field(default_factory=list)  # graph rewrites for OpenVINO (openvino_fixes.py)
     nodes_before_cleanup: Optional[int] = None
     timings: Dict[str, float] = field(default_factory=dict)
 
@@ -37,6 +38,7 @@ class Report:
     auto_pad: List[str] = field(default_factory=list)
     findings: List[str] = field(default_factory=list)
     repairs: List[str] = field(default_factory=list)
+    openvino: List[str] = field(default_factory=list)  # graph rewrites for OpenVINO (openvino_fixes.py)
     verification: List[dict] = field(default_factory=list)
     max_abs_err: Optional[float] = None
     degenerate: List[str] = field(default_factory=list)
@@ -96,6 +98,7 @@ class Report:
         if self.rasr is not None:
             state = "ok, fits " + "/".join(self.rasr["roles"]) if self.rasr["ok"] else "; ".join(self.rasr["findings"])
             lines.append(f"rasr        {state}")
+        lines += [f"openvino    {line}" for line in self.openvino]
         lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 

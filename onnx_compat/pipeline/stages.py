@@ -26,6 +26,7 @@ from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportErro
 from onnx_compat.pipeline import capture, releases
 from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
 from onnx_compat.pipeline.verification import reference_cases, verify as verify_model
@@ -57,6 +58,8 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
     _check_opset(proto, asked, strategy.name)
     proto, record.repairs = repair_int_types(proto)
+    record.openvino, kept = fix_for_openvino(proto)  # ONNX Runtime's outputs unchanged; OpenVINO's right
+    record.openvino += [f"left as it was: {k}" for k in kept]
     record.repairs += [c for c in [releases.fit(proto, request.target)] if c]
     if request.strict and captured.baked:
         raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}",
@@ -65,7 +68,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     t1 = time.perf_counter()
     record.timings[f"export_{strategy.name}"] = t1 - t0
     # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
-    serialized = None if record.repairs else captured.serialized
+    serialized = None if record.repairs or record.openvino else captured.serialized
     if _wants_cleanup(request.cleanup, strategy.name, proto):
         request.tell(f"cleanup and verification ({strategy.name})" if request.verify else f"cleanup ({strategy.name})")
         proto, results = _cleaned(proto, record, request, spill, serialized)
@@ -237,7 +240,11 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     report.why = _why(request.exporter, name)
     report.warnings = record.warnings or {"baked": [], "other": []}
     report.repairs, report.nodes_before_cleanup = list(record.repairs), record.nodes_before_cleanup
+    report.openvino = list(record.openvino)
     report.timings.update(record.timings)
+    for runtime in request.runtimes:  # OpenVINO keeps each call's latency
+        if getattr(runtime, "latencies", None):
+            report.timings[f"{runtime.name} median call"] = runtime.latency()["median_s"]
     if used.results is not None:
         report.verification = [r.to_dict() for r in used.results]
         report.max_abs_err = max((o.max_abs_err for r in used.results for o in r.outputs), default=0.0)
