@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fuzz test-torch20 test-matrix test-runtimes runtimes bench clean
+.PHONY: demo test test-fuzz test-torch20 test-matrix test-runtimes runtimes native bench clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ $(NODEORT)/.installed:
 
 runtimes: $(VENVORT)/.installed $(NODEORT)/.installed
 
+# The C++ consumer of tests/test_native.py (not in CI, which skips it and says why): ONNX Runtime's headers
+# from Debian trixie's libonnxruntime-dev (downloaded, unpacked under deploy/cpp/build, never installed),
+# the library from the onnxruntime and the sherpa-onnx wheels.
+native: $(STAMP)
+	$(MAKE) -C deploy/cpp PY=$(abspath $(PY))
+	$(MAKE) -C deploy/cpp PY=$(abspath $(PY)) ORT_LIB=sherpa-onnx
+
 test-runtimes: $(STAMP) runtimes
 	$(PY) -m pytest -q tests/test_targets.py
 
@@ -71,4 +78,5 @@ bench: $(STAMP)
 	$(PY) benchmarks/spectral.py --write docs/benchmarks.md
 
 clean:
+	$(MAKE) -C deploy/cpp clean
 	rm -rf $(VENV) $(MVENV) $(VENVORT) $(NODEORT) *.egg-info .pytest_cache .hypothesis

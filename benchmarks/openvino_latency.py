@@ -19,8 +19,8 @@ import onnxruntime as ort
 
 from onnx_compat import export
 from onnx_compat.models import blstm, conformer
-from onnx_compat.openvino_fixes import fix_for_openvino
-from onnx_compat.runtimes_openvino import openvino_runtime
+from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
+from onnx_compat.runtimes.openvino import openvino_runtime
 
 RUNS = 20
 

@@ -21,11 +21,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_compat import export, verify
 from onnx_compat.models import blstm, conformer
-from onnx_compat.openvino_fixes import fix_for_openvino
+from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from helpers import EXPORTERS
 
 ov = pytest.importorskip("openvino")
-from onnx_compat.runtimes_openvino import openvino_runtime  # noqa: E402
+from onnx_compat.runtimes.openvino import openvino_runtime  # noqa: E402
 
 MEASURED = "2026.4.1"  # the release the two failures were measured on
 BUGGY = ov.get_version().split("-")[0] == MEASURED

@@ -1,4 +1,4 @@
-"""The internal onnx_compat names this package (and ``runtimes_openvino``) uses, imported in one place.
+"""The internal onnx_compat names this package (and ``runtimes/openvino.py``) uses, imported in one place.
 
 When internal modules move, only these lines change.
 """

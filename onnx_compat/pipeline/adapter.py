@@ -27,6 +27,7 @@ class IOAdapter(torch.nn.Module):
         self.arg_names = [arg for _, arg in pairs]
         self.length_dtypes = [spec.lengths_dtype for spec in outputs for _ in spec.lengths]
         self.layout = [len(spec.lengths) for spec in outputs]
+        self.train(model.training)  # a new Module trains; the exporter ends with train(root_flag) on this one
 
     def forward(self, *tensors: torch.Tensor):
         if self.arg_names and self.arg_names[0] is not None:

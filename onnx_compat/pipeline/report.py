@@ -99,6 +99,7 @@ class Report:
             state = "ok, fits " + "/".join(self.rasr["roles"]) if self.rasr["ok"] else "; ".join(self.rasr["findings"])
             lines.append(f"rasr        {state}")
         lines += [f"openvino    {line}" for line in self.openvino]
+        lines += self._deployment_lines()
         lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
@@ -125,3 +126,19 @@ class Report:
             return [f"tracer      {len(baked)} size-to-number warning(s) at {listed}: disproved, the graph verified "
                     f"at {checked} other shape(s)"]
         return [f"baked?      {w}" for w in baked]
+
+    def _deployment_lines(self) -> List[str]:
+        """The consumer contract and what its consumers said; the approximate model written instead."""
+        lines = []
+        if self.contract is not None:
+            checks = self.contract.get("consumer_checks") or []
+            said = "; ".join(f"{c.get('consumer')}: " + ("skipped, " + str(c["skipped"]) if c.get("ok") is None
+                                                         else "ok" if c.get("ok") else "FAILED") for c in checks)
+            files = ", ".join(self.contract.get("files") or [])
+            lines.append(f"contract    {self.contract['name']}" + (f" (wrote {files})" if files else "")
+                         + (f"; {said}" if said else ""))
+        if self.quantization is not None:
+            q = self.quantization
+            lines.append(f"quantized   {q.get('recipe')} -> {q.get('path')} (float model: {q.get('float_path')})")
+        return lines
+

@@ -26,7 +26,7 @@ from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportErro
 from onnx_compat.pipeline import capture, releases
 from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
-from onnx_compat.openvino_fixes import fix_for_openvino
+from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
 from onnx_compat.pipeline.verification import reference_cases, verify as verify_model

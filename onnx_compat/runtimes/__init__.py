@@ -156,7 +156,7 @@ def as_runtimes(runtimes: Sequence) -> List[Runtime]:
         if isinstance(r, Runtime):
             out.append(r)
         elif isinstance(r, str) and (r == "openvino" or r.startswith("openvino:")):
-            from onnx_compat.runtimes_openvino import openvino_runtime
+            from onnx_compat.runtimes.openvino import openvino_runtime
             out.append(openvino_runtime(*r.split(":", 1)[1:]))
         elif isinstance(r, str) and r.startswith("node:"):
             out.append(node_runtime(r[len("node:"):]))

@@ -20,7 +20,8 @@ from typing import Dict, List
 
 import numpy as np
 
-from .contracts._deps import Runtime, RuntimeUnavailable
+from onnx_compat.errors import RuntimeUnavailable
+from onnx_compat.runtimes import Runtime
 
 
 @dataclass
