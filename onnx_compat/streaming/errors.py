@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from onnx_compat.errors import OnnxCompatError
 
-class StreamingError(ValueError):
+
+class StreamingError(OnnxCompatError, ValueError):
     """A streaming step that cannot be exported or streamed as declared."""
 
     def __init__(self, message: str, *, state: Optional[str] = None, output: Optional[str] = None,
