@@ -222,6 +222,8 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
         timings["exclusion"] = time.perf_counter() - t
     if not result.ok:
         raise _missed(recipe.name, first, result, excluded)
+    if result.identical:
+        raise _unchanged(recipe.name, excluded)
     calibrated = job["calibration"] if recipe.calibrated else None
     report = QuantReport(recipe.name, getattr(recipe, "about", ""), calibration=calibrated,
                          measures={o: [f"{m.name} >= {m.threshold:g}" for m in ms] for o, ms in chosen.items()},
@@ -253,7 +255,16 @@ def _missed(recipe: str, first, result, excluded) -> QuantizationError:
     return QuantizationError(f"{recipe}: output {worst.output!r} {worst.measure} against {worst.against} is "
                              f"{worst.got:.4g}, {bound}{short}, at sizes {worst.at}{tried}; nothing written",
                              recipe=recipe, measure=worst.measure, got=worst.got, threshold=worst.threshold,
-                             output=worst.output)
+                             output=worst.output, excluded=names)
+
+
+def _unchanged(recipe: str, excluded) -> QuantizationError:
+    """A model whose outputs are the float model's to the bit approximates nothing: not worth a file."""
+    names = [n for c in excluded for n in c.nodes]
+    why = (f"excluding {names} left nothing quantized that matters: none helps" if names else
+           "the recipe changes nothing in this model (none of its ops is one the recipe quantizes)")
+    return QuantizationError(f"{recipe}: the model made gives the float model's outputs exactly at every checked "
+                             f"shape; {why}; nothing written", recipe=recipe, excluded=names)
 
 
 def _cost(first, result, first_size: int, size: int) -> dict:
