@@ -77,8 +77,8 @@ def finish_export(proto: onnx.ModelProto, path: str, model: torch.nn.Module, inp
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
         float_copy = _working_copy(proto, work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
-        write_atomically(proto, float_path)
-        write_atomically(onnx.load(made), path)
+        # the float model is written once the quantized one is complete, just before it is renamed into place
+        write_atomically(onnx.load(made), path, before_rename=lambda: write_atomically(proto, float_path))
     result.path, result.float_path, result.float_report = path, float_path, "in memory (the export's report)"
     result.timings["total"] = time.perf_counter() - t0
     return result
