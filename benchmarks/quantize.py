@@ -16,7 +16,9 @@ with the error, not written.
 Latency: median seconds per run of the written file in ONNX Runtime (CPU) on
 one input of a deployment size (B=1; 500 feature frames, 200 mel frames for
 the vocoder), with one intra-op thread and with ONNX Runtime's default thread
-count; "x float" is the ratio to the float model measured in the same run.
+count; "x float" is the ratio to the float model. The models of one row group
+run in turn within each round (float, recipe 1, recipe 2, ..., again), so a
+change in the shared machine's load falls on all of them alike.
 Quality is the worst over the checked shapes (B=1 and others) against the
 float ONNX model.
 """
@@ -25,15 +27,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import median_seconds  # noqa: E402
 from readme_block import write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
@@ -63,14 +66,26 @@ def models(tiny: bool):
                     ["snr", "cosine"])]
 
 
-def latency(path: str, feeds: dict, threads: int, runs: int) -> float:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads  # 0: ONNX Runtime's default
-    opts.log_severity_level = 4
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    types = {i.name: np.float16 if i.type == "tensor(float16)" else None for i in sess.get_inputs()}
-    arrays = {k: v.astype(types[k]) if types.get(k) is not None else v for k, v in feeds.items()}
-    return median_seconds(lambda: sess.run(None, arrays), runs)
+def latencies(paths, feeds: dict, threads: int, runs: int, warmup: int = 3):
+    """Median seconds per run of each model, the models run in turn within every round, so a change in the
+    machine's load (it is shared) falls on all of them alike. ``threads`` 0: ONNX Runtime's default."""
+    runners = []
+    for path in paths:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.log_severity_level = 4
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        types = {i.name: np.float16 if i.type == "tensor(float16)" else None for i in sess.get_inputs()}
+        arrays = {k: v.astype(types[k]) if types.get(k) is not None else v for k, v in feeds.items()}
+        runners.append(lambda sess=sess, arrays=arrays: sess.run(None, arrays))
+    times = [[] for _ in runners]
+    for round_ in range(warmup + runs):
+        for run, spent in zip(runners, times):
+            t0 = time.perf_counter()
+            run()
+            if round_ >= warmup:
+                spent.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def deployment_feeds(job, sizes):
@@ -94,26 +109,34 @@ def bench_model(label, factory, sizes, measures, recipes, runs, folder):
         job = factory()
         path = os.path.join(folder, "float.onnx")
         report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="torchscript")
-    feeds = deployment_feeds(job, sizes)
-    base = (latency(path, feeds, 1, runs), latency(path, feeds, 0, runs))
-    size = os.path.getsize(path)
-    rows = [[label, "float", f"{size / 1e3:.0f} kB", f"{base[0] * 1e3:.2f} ms", "1.00x", f"{base[1] * 1e3:.2f} ms",
-             "1.00x", "(reference)", ""]]
+    made, rows = [path], [[label, "float", f"{os.path.getsize(path) / 1e3:.0f} kB", "", "1.00x", "", "1.00x",
+                           "(reference)", ""]]
     for recipe in recipes:
         out = os.path.join(folder, f"{recipe}.onnx")
         try:
             q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe=recipe, out=out, report=report,
                          measures=measures, exclude_limit=8)
         except QuantizationError as exc:
-            rows.append([label, recipe, "-", "-", "-", "-", "-", f"missed: {exc.measure} {exc.got:.3g} "
-                         f"(>= {exc.threshold:g})" if exc.got is not None else f"error: {exc}", ""])
+            rows.append([label, recipe, "-", "-", "-", "-", "-", _missed(exc), ""])
             continue
-        one, default = latency(out, feeds, 1, runs), latency(out, feeds, 0, runs)
         excluded = sum(len(c["nodes"]) for c in q.excluded)
-        rows.append([label, recipe, f"{q.bytes['quantized'] / 1e3:.0f} kB ({q.bytes['ratio']:.2f})",
-                     f"{one * 1e3:.2f} ms", f"{one / base[0]:.2f}x", f"{default * 1e3:.2f} ms",
-                     f"{default / base[1]:.2f}x", quality(q), f"{excluded} nodes" if excluded else ""])
+        made.append(out)
+        rows.append([label, recipe, f"{q.bytes['quantized'] / 1e3:.0f} kB ({q.bytes['ratio']:.2f})", "", "", "", "",
+                     quality(q), f"{excluded} nodes" if excluded else ""])
+    feeds = deployment_feeds(job, sizes)
+    timed = [r for r in rows if r[2] != "-"]
+    for threads, column in ((1, 3), (0, 5)):
+        seconds = latencies(made, feeds, threads, runs)
+        for row, s in zip(timed, seconds):
+            row[column], row[column + 1] = f"{s * 1e3:.2f} ms", f"{s / seconds[0]:.2f}x"
     return rows
+
+
+def _missed(exc: QuantizationError) -> str:
+    if exc.got is None:
+        return f"error: {exc}"
+    tried = f", after excluding {len(exc.excluded)} nodes" if exc.excluded else ""
+    return f"missed: {exc.measure} {exc.got:.3g} (>= {exc.threshold:g}{tried})"
 
 
 SLOWER = 1.05  # a ratio above this is "slower": below it, run-to-run noise
@@ -148,7 +171,8 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as folder:
             rows += bench_model(label, factory, sizes, measures, recipes, args.runs, folder)
         print(f"done: {label}", file=sys.stderr)
-    cpu = f"{os.cpu_count()} CPU(s), onnxruntime {ort.__version__}"
+    cpu = (f"{os.cpu_count()} CPU(s), onnxruntime {ort.__version__}, load average {os.getloadavg()[0]:.1f} "
+           "at the end")
     text = f"{table(rows)}\n\n{slower(rows)} Measured on {cpu}, one run of this script."
     print(text)
     if args.write:

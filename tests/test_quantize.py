@@ -229,7 +229,17 @@ def test_benchmark_smoke(capsys):
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     import quantize as bench
-    rows = bench.main(["--tiny", "--runs", "1", "--recipes", "int8-dynamic,fp16"])
-    assert [r[1] for r in rows] == ["float", "int8-dynamic", "fp16"] * 3
+    rows = bench.main(["--tiny", "--runs", "1", "--recipes", "int8-dynamic"])
+    assert [r[1] for r in rows] == ["float", "int8-dynamic"] * 3
     assert all(r[2] != "-" for r in rows), [r for r in rows if r[2] == "-"]
     assert "| model | recipe |" in capsys.readouterr().out
+
+
+def test_exclusion_that_leaves_the_float_model_is_refused(exported, tmp_path):
+    """The BLSTM's int8-dynamic quantizes one MatMul; asked for more SNR than it gives, exclusion takes that
+    MatMul out, which leaves the float model: an error, not a renamed copy of the float model."""
+    job, path, report = exported["blstm"]
+    with pytest.raises(QuantizationError, match="left nothing quantized") as raised:
+        quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-dynamic", report=report,
+                 out=str(tmp_path / "q.onnx"), thresholds={"snr": 100.0})
+    assert raised.value.recipe == "int8-dynamic" and list(tmp_path.iterdir()) == []

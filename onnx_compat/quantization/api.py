@@ -77,8 +77,8 @@ def finish_export(proto: onnx.ModelProto, path: str, model: torch.nn.Module, inp
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
         float_copy = _working_copy(proto, work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
-        write_atomically(proto, float_path)
-        write_atomically(onnx.load(made), path)
+        # the float model is written once the quantized one is complete, just before it is renamed into place
+        write_atomically(onnx.load(made), path, before_rename=lambda: write_atomically(proto, float_path))
     result.path, result.float_path, result.float_report = path, float_path, "in memory (the export's report)"
     result.timings["total"] = time.perf_counter() - t0
     return result
@@ -222,6 +222,8 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
         timings["exclusion"] = time.perf_counter() - t
     if not result.ok:
         raise _missed(recipe.name, first, result, excluded)
+    if result.identical:
+        raise _unchanged(recipe.name, excluded)
     calibrated = job["calibration"] if recipe.calibrated else None
     report = QuantReport(recipe.name, getattr(recipe, "about", ""), calibration=calibrated,
                          measures={o: [f"{m.name} >= {m.threshold:g}" for m in ms] for o, ms in chosen.items()},
@@ -253,7 +255,16 @@ def _missed(recipe: str, first, result, excluded) -> QuantizationError:
     return QuantizationError(f"{recipe}: output {worst.output!r} {worst.measure} against {worst.against} is "
                              f"{worst.got:.4g}, {bound}{short}, at sizes {worst.at}{tried}; nothing written",
                              recipe=recipe, measure=worst.measure, got=worst.got, threshold=worst.threshold,
-                             output=worst.output)
+                             output=worst.output, excluded=names)
+
+
+def _unchanged(recipe: str, excluded) -> QuantizationError:
+    """A model whose outputs are the float model's to the bit approximates nothing: not worth a file."""
+    names = [n for c in excluded for n in c.nodes]
+    why = (f"excluding {names} left nothing quantized that matters: none helps" if names else
+           "the recipe changes nothing in this model (none of its ops is one the recipe quantizes)")
+    return QuantizationError(f"{recipe}: the model made gives the float model's outputs exactly at every checked "
+                             f"shape; {why}; nothing written", recipe=recipe, excluded=names)
 
 
 def _cost(first, result, first_size: int, size: int) -> dict:

@@ -45,6 +45,7 @@ class MeasureCheck:
 class ApproxResult:
     checks: List[MeasureCheck]
     sizes: List[Dict[str, int]]
+    identical: bool = False  # every float output equal to the float model's at every shape: nothing approximated
 
     @property
     def ok(self) -> bool:
@@ -94,6 +95,7 @@ def measure(run: Runner, cases: Sequence[Case], float_outputs: Sequence[Dict[str
     the eager model's; each (output, measure, reference) keeps its worst value."""
     values: Dict[tuple, List[tuple]] = {}
     lengths_wrong: List[MeasureCheck] = []
+    identical = True
     for case, float_out in zip(cases, float_outputs):
         got, eager = run({k: v.numpy() for k, v in case.feeds.items()}), eager_outputs(case, outputs)
         for spec in outputs:
@@ -102,6 +104,7 @@ def measure(run: Runner, cases: Sequence[Case], float_outputs: Sequence[Dict[str
                 lengths_wrong.append(wrong)
                 continue
             lengths = {axis: eager[size_name(spec.name, axis)] for axis in spec.lengths}
+            identical = identical and np.array_equal(got[spec.name], float_out[spec.name])
             for against, ref in (("float", float_out), ("eager", eager)):
                 mine, theirs = got[spec.name], ref[spec.name]
                 mask = valid_mask(theirs.shape, lengths)
@@ -109,7 +112,7 @@ def measure(run: Runner, cases: Sequence[Case], float_outputs: Sequence[Dict[str
                     values.setdefault((spec.name, m.name, against, m.threshold), []).append(
                         (m.score(mine, theirs, mask), case.sizes))
     checks = lengths_wrong + [_worst(key, found) for key, found in values.items()]
-    return ApproxResult(checks, [dict(c.sizes) for c in cases])
+    return ApproxResult(checks, [dict(c.sizes) for c in cases], identical and not lengths_wrong)
 
 
 def _lengths_check(spec: TensorSpec, got, eager, sizes) -> Optional[MeasureCheck]:
