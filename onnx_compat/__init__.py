@@ -34,12 +34,14 @@ _moved.install()
 __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify",
            "describe", "check_rasr", "diagnose", "Report", "Attempt", "export_streaming", "StateSpec", "streamify",
            "StreamingError", "StreamMismatch", "NotStreamable",
-           "quantize", "from_pretrained_dir", "export_pretrained",
+           "quantize", "QuantizationError", "QuantReport", "from_pretrained_dir", "export_pretrained",
            "OnnxCompatError", "ExportError", "CaptureError", "DimSpecialized", "SpecError", "SpectralError",
            "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]
 
 
 _LAZY = {"quantize": ("onnx_compat.quantization", "quantize"),  # ONNX Runtime's quantization tools load on use
+         "QuantizationError": ("onnx_compat.quantization", "QuantizationError"),
+         "QuantReport": ("onnx_compat.quantization", "QuantReport"),
          "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),
          "export_pretrained": ("onnx_compat.huggingface", "export_pretrained")}
 

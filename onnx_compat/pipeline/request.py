@@ -90,6 +90,8 @@ def _check_deployment(subject: Subject, options: dict, examples, spill: bool) ->
         check_specs(options["contract"], subject.inputs, subject.outputs)
     if options.get("quantize"):
         from onnx_compat.quantization import check_request
+        if not options.get("verify", True):
+            raise ValueError("quantize= writes a model proven against the float one: it needs verify=True")
         if spill:
             raise ValueError("quantize= needs the weights in memory; the export spills them (external_data)")
         check_request(options["quantize"], subject.inputs, subject.outputs, examples=examples,

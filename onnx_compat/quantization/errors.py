@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from onnx_compat.errors import OnnxCompatError
 
-class QuantizationError(ValueError):
+
+class QuantizationError(OnnxCompatError, ValueError):
     """A quantized model was not written: bad input, or a measure below its threshold.
 
     Fields: ``recipe`` asked for, and when a measure failed: its ``measure`` name,
