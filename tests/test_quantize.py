@@ -243,3 +243,26 @@ def test_exclusion_that_leaves_the_float_model_is_refused(exported, tmp_path):
         quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-dynamic", report=report,
                  out=str(tmp_path / "q.onnx"), thresholds={"snr": 100.0})
     assert raised.value.recipe == "int8-dynamic" and list(tmp_path.iterdir()) == []
+
+
+def test_export_with_quantize_writes_the_proven_approximation_and_keeps_the_float(tmp_path):
+    """export(quantize=...): the float model is proven first, the quantized one is what lands at path,
+    the float one beside it; the report says which recipe and where."""
+    job = MODELS["blstm"]()
+    path = str(tmp_path / "m.onnx")
+    report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="torchscript",
+                                quantize="fp16")
+    assert report.verification and all(c["ok"] for c in report.verification)
+    assert report.quantization["recipe"] == "fp16" and report.quantization["float_path"] == float_path_for(path)
+    assert os.path.getsize(path) < 0.7 * os.path.getsize(float_path_for(path))
+    top1, _ = _eager_agreement(path, job, {"batch": 1, "time": 29})
+    assert top1 >= 0.9, top1
+    assert "quantized   fp16" in report.summary()
+
+
+def test_export_refuses_a_bad_quantize_request_before_exporting(tmp_path):
+    job = MODELS["blstm"]()
+    with pytest.raises(QuantizationError, match="int9"):
+        onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"],
+                           exporter="torchscript", quantize="int9")
+    assert os.listdir(tmp_path) == []
