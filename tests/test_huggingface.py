@@ -103,7 +103,8 @@ def _hf_outputs(folder, task, batch, takes_mask):
 
 
 @pytest.mark.parametrize("model_type,task,exporter,options", CASES)
-def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_path, model_type, task, exporter, options):
+def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_path, model_type, task, exporter,
+                                                                         options):
     folder = tiny.checkpoint(tmp_path / "ckpt", model_type, task, **options)
     out = tmp_path / "onnx" / "model.onnx"
     out.parent.mkdir()

@@ -101,6 +101,7 @@ class Samples:
     """
 
     arg: str = "input_values"
+    length_function: str = LENGTH_FUNCTION
 
     def shapes(self, part, config, extractor, task: Task, frame_head: bool) -> Shapes:
         if extractor is not None and hasattr(extractor, "return_attention_mask"):
@@ -112,6 +113,9 @@ class Samples:
                       example=smallest_input(part, max(EXAMPLE_FRAMES, 2 * need)))
         data = TensorSpec("data", [Dim("batch"), samples], lengths=[1])
         return Shapes(Feeding(self.arg, _pad_value(extractor), mask), [data], Dim("frames"), True)
+
+    def extractor_disagrees(self, extractor, fixed: Dict[str, int]) -> Optional[str]:
+        return None  # any length goes
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,9 @@ class Features:
         data = TensorSpec("data", [Dim("batch"), time, size], lengths=[1])
         return Shapes(Feeding(self.arg, _pad_value(extractor), True), [data], Dim("frames"), True, {"features": size})
 
+    def extractor_disagrees(self, extractor, fixed: Dict[str, int]) -> Optional[str]:
+        return None  # any length goes
+
 
 @dataclass(frozen=True)
 class FixedFeatures:
@@ -147,6 +154,7 @@ class FixedFeatures:
     extractor_frames: str
     arg: str = "input_features"
     channels_first: bool = False
+    length_function: str = LENGTH_FUNCTION
 
     def shapes(self, part, config, extractor, task: Task, frame_head: bool) -> Shapes:
         frames, size = int(self.frames(part, config)), int(self.size(config))
