@@ -61,6 +61,7 @@ CASES = [  # (model type, task, exporter, checkpoint options)
     pytest.param("speech_to_text", "speech-encoder", "torchscript", {}, id="speech_to_text-encoder"),
     pytest.param("whisper", "speech-encoder", DYNAMO, {}, id="whisper-encoder-dynamo"),
     pytest.param("audio-spectrogram-transformer", "audio-classification", "torchscript", {}, id="ast-classification"),
+    pytest.param("audio-spectrogram-transformer", "audio-encoder", "torchscript", {}, id="ast-encoder-patches"),
 ]
 
 
