@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fuzz test-torch20 test-matrix test-runtimes runtimes bench clean
+.PHONY: demo test test-fuzz test-torch20 test-matrix test-runtimes runtimes native bench clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ $(MVENV)/%/.installed: constraints/torch-%.txt constraints/tools.txt setup.py
 	touch $@
 
 # The whole suite on every version, then the bundled Conformer and BLSTM through export(exporter="auto");
-# prints the README's support table (--write README.md replaces it there).
+# prints the support table (MATRIX_ARGS="--write docs/compatibility.md" replaces it there).
 test-matrix: $(STAMP) $(MATRIX:%=$(MVENV)/%/.installed)
 	$(PY) benchmarks/support_matrix.py $(MATRIX_ARGS) .venv $(MATRIX:%=$(MVENV)/%)
 
@@ -59,8 +59,24 @@ $(NODEORT)/.installed:
 
 runtimes: $(VENVORT)/.installed $(NODEORT)/.installed
 
+# The C++ consumer of tests/test_native.py (not in CI, which skips it and says why): ONNX Runtime's headers
+# from Debian trixie's libonnxruntime-dev (downloaded, unpacked under deploy/cpp/build, never installed),
+# the library from the onnxruntime and the sherpa-onnx wheels.
+native: $(STAMP)
+	$(MAKE) -C deploy/cpp PY=$(abspath $(PY))
+	$(MAKE) -C deploy/cpp PY=$(abspath $(PY)) ORT_LIB=sherpa-onnx
+
 test-runtimes: $(STAMP) runtimes
 	$(PY) -m pytest -q tests/test_targets.py
 
+# The benchmark tables of docs/benchmarks.md, measured and written in place (run alone: they are timings).
+bench: $(STAMP)
+	$(PY) benchmarks/padding_paths.py --write docs/benchmarks.md
+	$(PY) benchmarks/eager_overhead.py --write docs/benchmarks.md
+	$(PY) benchmarks/export_cost.py --write docs/benchmarks.md
+	$(PY) benchmarks/op_tail.py --write docs/benchmarks.md
+	$(PY) benchmarks/spectral.py --write docs/benchmarks.md
+
 clean:
+	$(MAKE) -C deploy/cpp clean
 	rm -rf $(VENV) $(MVENV) $(VENVORT) $(NODEORT) *.egg-info .pytest_cache .hypothesis

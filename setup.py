@@ -17,7 +17,9 @@ setup(
         "wrapt",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer",
+                 "sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
+        "consumers": ["sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
     },
     entry_points={"console_scripts": ["onnx-compat=onnx_compat.cli:main"]},
 )

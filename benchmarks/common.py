@@ -7,8 +7,8 @@ import time
 import numpy as np
 import onnx
 
-from onnx_compat.exporters import bare_export
-from onnx_compat.verify import session
+from onnx_compat.pipeline.vanilla import plain_export
+from onnx_compat.pipeline.verification import session
 
 
 def median_seconds(fn, runs: int, warmup: int = 3) -> float:
@@ -32,5 +32,5 @@ def ort_latency(proto: onnx.ModelProto, feeds: dict, runs: int) -> float:
 def torch_export(model, args, names, dynamic, dynamo: bool):
     """A bare torch.onnx.export to a ModelProto, quietly; returns (proto, seconds)."""
     t0 = time.perf_counter()
-    proto = bare_export(model, args, "dynamo" if dynamo else "torchscript", names, dynamic, max_size=None)
+    proto = plain_export(model, args, "dynamo" if dynamo else "torchscript", names, dynamic, max_size=None)
     return proto, time.perf_counter() - t0

@@ -1,23 +1,28 @@
-"""The README's Deploying table: bundled models exported for an old ONNX Runtime and verified where they deploy.
+"""The deploy table of docs/deploying.md: bundled models exported for an old ONNX Runtime, verified where they deploy.
 
     .venv/bin/python benchmarks/deploy_table.py [--target onnxruntime==1.16] [--python .venv-ort116/bin/python]
-                                                [--node .node-ort]
+                                                [--node .node-ort] [--write docs/deploying.md]
 
 Each bundled model is exported with each exporter for ``--target`` and
 verified at three unseen shapes here, in ``--python``'s ONNX Runtime and in
 ``--node``'s onnxruntime-node (``make runtimes`` builds both). A runtime that
-is not there is left out of the table.
+is not there is left out of the table. ``--write`` replaces the table between
+the ``<!-- deploy -->`` markers of the page.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 
 import onnx_compat
-from onnx_compat.exporters import HAS_DYNAMO
+from onnx_compat.pipeline.capture import HAS_DYNAMO
 from onnx_compat.models import audio, blstm, conformer
 from onnx_compat.runtimes import RuntimeUnavailable, as_runtimes
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from readme_block import add_write_option, write_marked  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = {
@@ -35,6 +40,7 @@ def main(argv=None):
     parser.add_argument("--node", default=os.path.join(ROOT, ".node-ort"))
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--exporters", nargs="+", default=["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"])
+    add_write_option(parser, "deploy", "docs/deploying.md")
     args = parser.parse_args(argv)
     runtimes = []
     for spec in (args.python, f"node:{args.node}"):
@@ -59,11 +65,12 @@ def main(argv=None):
                 rows.append((model, exporter, f"{report.opset['ai.onnx']} / {report.ir_version}", *cells))
     import onnxruntime
     names[0] = f"onnxruntime {onnxruntime.__version__} (here)"
-    print(f"| model | exporter | opset / IR | " + " | ".join(names) + " |")
-    print("|---|---|---|" + "---|" * len(names))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print(f"\ntarget {args.target}; each cell: shapes verified (B=1 included) and the max abs err against eager")
+    lines = ["| model | exporter | opset / IR | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += ["", f"target {args.target}; each cell: shapes verified (B=1 included) and the max abs err against eager"]
+    print("\n".join(lines))
+    if args.write:
+        write_marked(args.write, "\n".join(lines), "deploy")
     return rows
 
 

@@ -1,6 +1,6 @@
 """What the pipeline and the patches cost at export time, on the 12 x 256 Conformer.
 
-    .venv/bin/python benchmarks/export_cost.py [--tiny] [--runs N] [--write README.md]
+    .venv/bin/python benchmarks/export_cost.py [--tiny] [--runs N] [--write docs/benchmarks.md]
 
 Two ratios, each measured side by side in one process, runs interleaved:
 
@@ -29,10 +29,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import torch_export  # noqa: E402
-from readme_block import write_marked  # noqa: E402
+from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.exporters import HAS_DYNAMO  # noqa: E402
+from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: E402
 from onnx_compat.models import conformer  # noqa: E402
 from onnx_compat.spec import dim_sizes, make_inputs  # noqa: E402
 
@@ -72,7 +72,7 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--write", help="replace the README's export-cost table")
+    add_write_option(p, "export-cost", "docs/benchmarks.md")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     job = conformer.tiny() if args.tiny else conformer.base()

@@ -1,7 +1,7 @@
 """Time and peak memory to a verified model as the weights grow, up to past protobuf's 2 GB.
 
     .venv/bin/python benchmarks/model_size.py [--sizes 10M,100M,600M] [--exporters torchscript,dynamo]
-                                              [--write README.md]
+                                              [--write docs/benchmarks.md]
 
 A synthetic sequence model (``[B, T, F]`` in, Conv1d(padding="same") then a
 stack of Linear + ReLU) of about 10 M, 100 M and 600 M parameters (600 M is
@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from readme_block import write_marked  # noqa: E402
+from readme_block import add_write_option, write_marked  # noqa: E402
 
 SIZES = {"tiny": (64, 2), "10M": (1024, 9), "100M": (2048, 23), "600M": (4096, 35)}  # (width, Linear layers) after a Conv1d(k=3)
 
@@ -64,9 +64,11 @@ def _one(size: str, exporter: str, mode: str) -> dict:
     import onnxruntime as ort
     import torch
 
-    from onnx_compat import Dim, TensorSpec, export
-    from onnx_compat.exporters import bare_export
-    from onnx_compat.weights import weight_bytes
+    from onnx_compat import Dim, TensorSpec
+
+    from onnx_compat import export
+    from onnx_compat.pipeline.vanilla import plain_export
+    from onnx_compat.pipeline.weights import weight_bytes
 
     model = build(size)
     weights = weight_bytes(model)
@@ -75,7 +77,7 @@ def _one(size: str, exporter: str, mode: str) -> dict:
         path = os.path.join(tmp, "model.onnx")
         t0 = time.perf_counter()
         if mode == "bare":
-            bare_export(model, (torch.randn(2, 50, 80),), exporter, ["data"], {"data": {0: "batch", 1: "time"}},
+            plain_export(model, (torch.randn(2, 50, 80),), exporter, ["data"], {"data": {0: "batch", 1: "time"}},
                         ["out"], max_size=None, path=path)
             report = None
         else:
@@ -133,7 +135,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10M,100M,600M")
     ap.add_argument("--exporters", default="torchscript,dynamo")
-    ap.add_argument("--write", help="replace the README's model-size table")
+    add_write_option(ap, "model-size", "docs/benchmarks.md")
     ap.add_argument("--json", help="also save the raw rows here")
     args = ap.parse_args()
     rows = []

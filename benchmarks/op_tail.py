@@ -1,6 +1,6 @@
 """What the op-tail patches cost in the graph: nodes of the vanilla and the patched export, and after cleanup.
 
-    .venv/bin/python benchmarks/op_tail.py [--only NAME ...]
+    .venv/bin/python benchmarks/op_tail.py [--only NAME ...] [--write docs/benchmarks.md]
 
 The cases are the test models of ``tests/test_ops.py`` (and LSTMP from
 ``tests/test_recurrent.py``), exported at the same example sizes, vanilla and
@@ -17,13 +17,15 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_ops  # noqa: E402
 import test_recurrent  # noqa: E402
 from helpers import EXPORTERS  # noqa: E402
+from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.cleanup import cleanup  # noqa: E402
-from onnx_compat.exporters import error_line  # noqa: E402
+from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
+from onnx_compat.pipeline.capture import error_line  # noqa: E402
 
 
 def _lstmp():
@@ -60,6 +62,7 @@ def _vanilla(build, export, check, exporter) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="case names")
+    add_write_option(parser, "op-tail", "docs/benchmarks.md")
     args = parser.parse_args(argv)
     rows = []
     for name, (build, export, check) in cases().items():
@@ -74,11 +77,13 @@ def main(argv=None):
             cleaned = cleanup(proto)
             check(cleaned, model)
             rows.append((name, exporter, vanilla, len(proto.graph.node), len(cleaned.graph.node)))
-    print("| case | exporter | vanilla (nodes) | patched nodes | after cleanup |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
-    print(f"\ntorch {torch.__version__}; every patched graph verified against eager at new sizes, before and after cleanup")
+    lines = ["| case | exporter | vanilla (nodes) | patched nodes | after cleanup |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines += ["", f"torch {torch.__version__}; every patched graph verified against eager at new sizes, "
+                  "before and after cleanup"]
+    print("\n".join(lines))
+    if args.write:
+        write_marked(args.write, "\n".join(lines), "op-tail")
     return rows
 
 

@@ -1,11 +1,12 @@
 """What each padding path costs: ORT latency (ratio to dynamo native), nodes, export time.
 
-    .venv/bin/python benchmarks/padding_paths.py [--tiny]
+    .venv/bin/python benchmarks/padding_paths.py [--tiny] [--runs N] [--write docs/benchmarks.md]
 
 Paths per conv stack: dynamo native; TorchScript native (auto_pad; ONNX Runtime
 refuses it with dilation); TorchScript under ``patched()`` (the symmetric path
 when dilation*(k-1) is even, else the asymmetric F.pad path); the same plus
-onnxscript cleanup. All measured side by side in one run.
+the pipeline's cleanup (ONNX Runtime's basic offline optimiser). All measured
+side by side in one run.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import ort_latency, torch_export  # noqa: E402
+from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.cleanup import cleanup  # noqa: E402
-from onnx_compat.padding import is_symmetric, same_pads  # noqa: E402
+from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
+from onnx_compat.patches._padding import is_symmetric, same_pads  # noqa: E402
 
 
 def stack(rank, channels, kernel, dilation, depthwise, layers):
@@ -49,6 +51,7 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", action="store_true", help="smoke-test size")
     p.add_argument("--runs", type=int, default=None)
+    add_write_option(p, "padding-paths", "docs/benchmarks.md")
     args = p.parse_args(argv)
     runs = args.runs or (3 if args.tiny else 50)
     torch.set_num_threads(1)
@@ -76,11 +79,13 @@ def main(argv=None):
             except Exception as exc:
                 latency = "ORT fails (" + str(exc).split(":")[-1].strip()[:40] + ")"
             rows.append((name, label, latency, len(proto.graph.node), f"{secs:.2f}s"))
-    print(f"torch {torch.__version__}, 1 ONNX Runtime thread, median of {runs} runs, input {'tiny' if args.tiny else 'B=1, C=256, T=500 (2-D: 64x48x48)'}")
-    print("| stack | path | ORT latency vs dynamo native | nodes | export time |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(str(v) for v in row) + " |")
+    lines = [f"torch {torch.__version__}, 1 ONNX Runtime thread, median of {runs} runs, "
+             f"input {'tiny' if args.tiny else 'B=1, C=256, T=500 (2-D: 64x48x48)'}", "",
+             "| stack | path | ORT latency vs dynamo native | nodes | export time |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    print("\n".join(lines))
+    if args.write:
+        write_marked(args.write, "\n".join(lines), "padding-paths")
     return rows
 
 

@@ -1,6 +1,6 @@
 """What the spectral patches cost at inference: ONNX Runtime against eager PyTorch, ours against ONNX's own ops.
 
-    .venv/bin/python benchmarks/spectral.py [--seconds 10] [--batch 4] [--runs 20]
+    .venv/bin/python benchmarks/spectral.py [--seconds 10] [--batch 4] [--runs 20] [--write docs/benchmarks.md]
 
 Three computations, each timed in one run with one thread on both sides
 (``torch.set_num_threads(1)``, ONNX Runtime with one intra-op thread):
@@ -31,9 +31,11 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import median_seconds, ort_latency  # noqa: E402
+from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
-from onnx_compat.exporters import HAS_DYNAMO, bare_export, error_line  # noqa: E402
+from onnx_compat.pipeline.capture import HAS_DYNAMO, error_line
+from onnx_compat.pipeline.vanilla import plain_export  # noqa: E402
 from onnx_compat.models.audio import LogMelFrontend  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
 
@@ -113,7 +115,7 @@ def _onnx_op(model, args, dynamic, limit: int = 120):
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(limit)
     try:
-        return bare_export(model, args, "dynamo", names, dict(zip(names, dynamic)), output_names=["y"], max_size=None)
+        return plain_export(model, args, "dynamo", names, dict(zip(names, dynamic)), output_names=["y"], max_size=None)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -121,7 +123,7 @@ def _onnx_op(model, args, dynamic, limit: int = 120):
 
 def _timed(proto, model, args, runs):
     feeds = {i.name: a.numpy() for i, a in zip(proto.graph.input, args)}
-    from onnx_compat.verify import session
+    from onnx_compat.pipeline.verification import session
     got = session(proto, threads=1).run(None, feeds)[0]
     with torch.no_grad():
         expected = model(*args).numpy()
@@ -139,6 +141,7 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--limit", type=int, default=120, help="seconds for each unpatched dynamo export (0: skip them)")
     parser.add_argument("--exporters", nargs="+", default=["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"])
+    add_write_option(parser, "spectral", "docs/benchmarks.md")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -164,16 +167,20 @@ def main(argv=None):
             rows.append(row)
     finally:
         torch.set_num_threads(threads)
-    print(f"| case | eager | ours, TorchScript | ours, dynamo | ONNX op (unpatched dynamo) | ours / ONNX op |")
-    print("|---|---|---|---|---|---|")
+    lines = ["| case | eager | ours, TorchScript | ours, dynamo | ONNX op (unpatched dynamo) | ours / ONNX op |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         ms = lambda v: f"{v * 1e3:.1f} ms ({v / r['eager']:.2f}x)" if isinstance(v, float) else v  # noqa: E731
         best = min(r.get(e, np.inf) for e in args.exporters)
         ratio = f"{best / r['onnx op']:.2f}x" if isinstance(r["onnx op"], float) else "-"
-        print(f"| {r['case']} | {r['eager'] * 1e3:.1f} ms | {ms(r.get('torchscript', '-'))} | {ms(r.get('dynamo', '-'))} | "
-              f"{ms(r['onnx op'])} | {ratio} |")
-    print(f"\nbatch {args.batch} x {args.seconds:g} s; one thread each; torch {torch.__version__}; (x): time / eager; "
-          f"relative max errors of ours: " + ", ".join(f"{r['case']} {r[args.exporters[0] + ' err']:.0e}" for r in rows))
+        lines.append(f"| {r['case']} | {r['eager'] * 1e3:.1f} ms | {ms(r.get('torchscript', '-'))} | "
+                     f"{ms(r.get('dynamo', '-'))} | {ms(r['onnx op'])} | {ratio} |")
+    lines += ["", f"batch {args.batch} x {args.seconds:g} s; one thread each; torch {torch.__version__}; "
+                  f"(x): time / eager; relative max errors of ours: "
+                  + ", ".join(f"{r['case']} {r[args.exporters[0] + ' err']:.0e}" for r in rows)]
+    print("\n".join(lines))
+    if args.write:
+        write_marked(args.write, "\n".join(lines), "spectral")
     return rows
 
 

@@ -1,11 +1,12 @@
 """The support matrix: the whole test suite, and the bundled Conformer and BLSTM through
 ``export(exporter="auto")``, in one venv per torch version (``make test-matrix``).
 
-    .venv/bin/python benchmarks/support_matrix.py [--write README.md] [--json OUT] [--from-json IN ...] VENV ...
+    .venv/bin/python benchmarks/support_matrix.py [--write docs/compatibility.md] [--json OUT]
+                                                  [--from-json IN ...] VENV ...
 
 Each venv runs ``pytest -n 2 tests`` on its own; skips are grouped by reason.
-The table goes to stdout (and between the README's ``<!-- test-matrix -->``
-markers with ``--write``); the per-version skip reasons follow it.
+The table goes to stdout (and between the ``<!-- test-matrix -->`` markers of
+``docs/compatibility.md`` with ``--write``); the per-version skip reasons follow it.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from readme_block import write_marked  # noqa: E402
+from readme_block import add_write_option, write_marked  # noqa: E402
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,7 +34,7 @@ def _check() -> dict:
     import importlib.metadata as md
 
     import onnx_compat
-    from onnx_compat.exporters import HAS_DYNAMO
+    from onnx_compat.pipeline.capture import HAS_DYNAMO
     from onnx_compat.models.zoo import ZOO
 
     def version(name):
@@ -143,7 +144,7 @@ def main() -> int:
     ap.add_argument("venvs", nargs="*")
     ap.add_argument("--from-json", nargs="+", default=[],
                     help="rows saved by earlier runs (--json), merged with this run's; the latest per torch wins")
-    ap.add_argument("--write", help="replace the README's support table")
+    add_write_option(ap, "test-matrix", "docs/compatibility.md")
     ap.add_argument("--json", help="also save the raw rows here")
     args = ap.parse_args()
     rows = []

@@ -2,9 +2,9 @@
 ``onnx_compat.export(exporter="auto")``, one row per model, from a real run.
 
     python benchmarks/zoo_report.py                 # print the table
-    python benchmarks/zoo_report.py --write README.md   # and replace it in the README
+    python benchmarks/zoo_report.py --write docs/models.md   # and replace it there
 
-The README holds the table between ``<!-- zoo:begin -->`` and ``<!-- zoo:end -->``.
+``docs/models.md`` holds the table between ``<!-- zoo:begin -->`` and ``<!-- zoo:end -->``.
 """
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ import time
 import onnx
 import torch
 
-from onnx_compat import check_rasr, export
+from onnx_compat import check_rasr
+
+from onnx_compat import export
 from onnx_compat.models.zoo import ZOO
-from onnx_compat.vanilla import vanilla_export
+from onnx_compat.pipeline.vanilla import vanilla_export
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from readme_block import write_block  # noqa: E402
+from readme_block import add_write_option, write_block  # noqa: E402
 
 BEGIN, END = "<!-- zoo:begin -->", "<!-- zoo:end -->"
 
@@ -59,21 +61,21 @@ def machine() -> str:
             f"{os.cpu_count()} CPUs")
 
 
-def write_into(readme: str, text: str) -> None:
-    write_block(readme, text, BEGIN, END)
+def write_into(page: str, text: str) -> None:
+    write_block(page, text, BEGIN, END)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="run only models whose name contains this (repeatable)")
-    parser.add_argument("--write", metavar="README", help="replace the zoo table in this file")
+    add_write_option(parser, "zoo", "docs/models.md")
     args = parser.parse_args(argv)
     names = [n for n in ZOO if not args.only or any(o in n for o in args.only)]
     rows = []
     for name in names:
         rows.append(run_one(name))
         print(f"{name}: {rows[-1]['exporter']} in {rows[-1]['seconds']:.1f}s", flush=True)
-    text = (table(rows) + f"\n\nMade by `python benchmarks/zoo_report.py --write README.md` on {machine()}. "
+    text = (table(rows) + f"\n\nMade by `python benchmarks/zoo_report.py --write docs/models.md` on {machine()}. "
             "Vanilla: `torch.onnx.export` with the same names and dynamic dims, no patches, then ONNX Runtime "
             "against eager at three shapes the export never saw.")
     print(text)

@@ -1,26 +1,58 @@
-"""onnx_compat: unmodified PyTorch models that export cleanly to ONNX, with proof."""
-__version__ = "0.1.0"
+"""onnx_compat: unmodified PyTorch models that export cleanly to ONNX, with proof.
 
-import re as _re  # noqa: E402
+The public API, and only that. The layers below it: ``patches/`` (what is
+swapped while an export runs), ``pipeline/`` (``export()`` and its stages),
+``runtimes/`` and ``contracts/`` (where a model is run and what its consumer
+requires), ``diagnosis/`` (the module at fault).
+"""
+import re as _re
 
-import torch as _torch  # noqa: E402
+import torch as _torch
+
+from onnx_compat._version import __version__
 
 if tuple(int(p) for p in _re.findall(r"\d+", _torch.__version__)[:2]) < (2, 0):
     raise ImportError(f"onnx_compat needs torch >= 2.0; this is torch {_torch.__version__} "
                       "(pip install 'torch>=2.0')")
 
-from .registry import available_patches, patched, unavailable_patches  # noqa: E402
-from .spec import Dim, TensorSpec  # noqa: E402
-from .export import ExportError, export  # noqa: E402
-from .io_adapter import SpecError  # noqa: E402
-from .verify import VerificationError, verify  # noqa: E402
-from .graph import inspect  # noqa: E402
-from .rasr import check_rasr  # noqa: E402
-from .patches._complex import SpectralError  # noqa: E402
-from .targets import TargetError  # noqa: E402
-from .runtimes import RuntimeUnavailable  # noqa: E402
-from .diagnose import diagnose  # noqa: E402
+from onnx_compat import _moved  # noqa: E402
+from onnx_compat.contracts.rasr import check_rasr  # noqa: E402
+from onnx_compat.diagnosis import diagnose  # noqa: E402
+from onnx_compat.errors import (CaptureError, Culprit, DimSpecialized, ExportError, OnnxCompatError,  # noqa: E402
+                                RuntimeUnavailable, SpecError, SpectralError, TargetError, VerificationError)
+from onnx_compat.graph import describe  # noqa: E402
+from onnx_compat.patches.registry import available_patches, patched, unavailable_patches  # noqa: E402
+from onnx_compat.pipeline import export  # noqa: E402
+from onnx_compat.pipeline.report import Attempt, Report  # noqa: E402
+from onnx_compat.pipeline.verification import verify  # noqa: E402
+from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
+from onnx_compat.streaming import (NotStreamable, StateSpec, StreamingError, StreamMismatch,  # noqa: E402
+                                   export_streaming, streamify)
 
-__all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify", "inspect", "check_rasr", "diagnose",
-           "ExportError", "SpecError", "SpectralError", "TargetError", "RuntimeUnavailable",
-           "VerificationError", "__version__"]
+_moved.install()
+
+__all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify",
+           "describe", "check_rasr", "diagnose", "Report", "Attempt", "export_streaming", "StateSpec", "streamify",
+           "StreamingError", "StreamMismatch", "NotStreamable",
+           "quantize", "from_pretrained_dir", "export_pretrained",
+           "OnnxCompatError", "ExportError", "CaptureError", "DimSpecialized", "SpecError", "SpectralError",
+           "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]
+
+
+_LAZY = {"quantize": ("onnx_compat.quantization", "quantize"),  # ONNX Runtime's quantization tools load on use
+         "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),
+         "export_pretrained": ("onnx_compat.huggingface", "export_pretrained")}
+
+
+def __getattr__(name: str):
+    """Names whose modules load on first use; and ``onnx_compat.inspect``, the old name of ``describe``
+    (it shadowed the standard library's module)."""
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    if name == "inspect":
+        import warnings
+        warnings.warn("onnx_compat.inspect is now onnx_compat.describe", DeprecationWarning, stacklevel=2)
+        return describe
+    raise AttributeError(f"module 'onnx_compat' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""``onnx-compat export | verify | diagnose | inspect | repair``: one step of a pipeline.
+"""``onnx-compat export | verify | diagnose | inspect | repair | export-streaming | quantize``: one step of a pipeline.
 
 Exit 0 on success; otherwise one line on stderr naming what went wrong and a
 non-zero code (1 for a failed export or check, 2 for bad usage). ``diagnose``
@@ -15,19 +15,23 @@ import argparse
 import importlib
 import json
 import sys
+import time
 from typing import List, Optional
 
 import numpy as np
 import onnx
 import torch
 
-from .diagnose import diagnose
-from .export import export
-from .graph import inspect
-from .rasr import check_rasr
-from .repair import repair_int_types
-from .safety import check_writable, write_atomically
-from .verify import session, verify
+from onnx_compat.contracts.rasr import check_rasr
+from onnx_compat.diagnosis import diagnose
+from onnx_compat.graph import describe
+from onnx_compat.huggingface import cli as hf_cli
+from onnx_compat.pipeline import export
+from onnx_compat.pipeline.files import check_writable, write_atomically
+from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.pipeline.verification import session, verify
+from onnx_compat.quantization import cli as quantize_cli
+from onnx_compat.streaming import cli as streaming_cli
 
 
 class UsageError(Exception):
@@ -86,12 +90,23 @@ def _pairs(items: Optional[List[str]], what: str, cast=str) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onnx-compat", description="Export PyTorch models to ONNX and prove them.")
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (_export_parser, _verify_parser, _diagnose_parser, _inspect_parser, _repair_parser):
+        add(sub)
+    streaming_cli.add_parser(sub)
+    quantize_cli.add_parser(sub)
+    return p
 
-    e = sub.add_parser("export", help="export a model from a factory, verify it, write it")
-    e.add_argument("factory", help="MODULE:FACTORY")
+
+_RUNTIME_HELP = "verify in another runtime too: a venv's python, node:FOLDER with onnxruntime-node, or openvino"
+
+
+def _export_parser(sub) -> None:
+    e = sub.add_parser("export", help="export a model from a factory (or hf:DIR), verify it, write it")
+    e.add_argument("factory", help="MODULE:FACTORY, or hf:DIR for a transformers checkpoint folder")
     e.add_argument("--out", required=True, help="the .onnx file to write")
     e.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
-    e.add_argument("--json", help="also write the report as JSON here")
+    e.add_argument("--json", help="also write the report as JSON here (no progress lines then)")
+    e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     e.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
     e.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
     e.add_argument("--opset", type=int)
@@ -104,9 +119,15 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
     e.add_argument("--external-data", action="store_true", default=None,
                    help="weights in OUT.data beside the graph (automatic from 1 GiB of weights; less memory)")
-    e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER",
-                   help="verify in another ONNX Runtime too: a venv's python, or node:FOLDER with onnxruntime-node")
+    e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=_RUNTIME_HELP)
+    e.add_argument("--contract", help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding")
+    e.add_argument("--vocabulary", help="the contract's tokens, one per line (blank included)")
+    e.add_argument("--quantize", help="write an int8/float16 model, verified against the float one: "
+                   "int8-dynamic, int8-static, fp16, ... (the float model goes beside it)")
+    hf_cli.add_arguments(e)
 
+
+def _verify_parser(sub) -> None:
     v = sub.add_parser("verify", help="check an ONNX file against a factory's eager model")
     v.add_argument("onnx")
     v.add_argument("factory", help="MODULE:FACTORY")
@@ -114,9 +135,10 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--rtol", type=float, default=1e-3)
     v.add_argument("--json")
     v.add_argument("--examples", help="real inputs to verify too: FILE.npz or FILE.pt")
-    v.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER",
-                   help="verify in another ONNX Runtime too: a venv's python, or node:FOLDER with onnxruntime-node")
+    v.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=_RUNTIME_HELP)
 
+
+def _diagnose_parser(sub) -> None:
     d = sub.add_parser("diagnose", help="name the module at fault: a failed export, other numbers, a baked dim")
     d.add_argument("factory", help="MODULE:FACTORY")
     d.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
@@ -125,6 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--atol", type=float, default=1e-4)
     d.add_argument("--rtol", type=float, default=1e-3)
 
+
+def _inspect_parser(sub) -> None:
     i = sub.add_parser("inspect", help="I/O, dims, ops, auto_pad, metadata and RASR findings")
     i.add_argument("onnx")
     i.add_argument("--features", default="data")
@@ -134,10 +158,39 @@ def _parser() -> argparse.ArgumentParser:
                    help="a dim meant to be dynamic (default: from onnx_compat's metadata)")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+
+def _repair_parser(sub) -> None:
     r = sub.add_parser("repair", help="cast int32 operands of int64 shape arithmetic so the model loads")
     r.add_argument("onnx")
     r.add_argument("--out", required=True, help="the repaired .onnx file to write")
-    return p
+
+
+class Progress:
+    """Each stage and the time since the start, on stderr: an export of a large model takes minutes."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.start = stream, time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        self.stream.write(f"onnx-compat [{time.perf_counter() - self.start:6.1f}s] {stage}\n")
+        self.stream.flush()
+
+
+def progress_for(args) -> Optional[Progress]:
+    """Progress lines only for a person watching: stderr a terminal, and neither --quiet nor --json."""
+    if getattr(args, "quiet", False) or getattr(args, "json", None) or not sys.stderr.isatty():
+        return None
+    return Progress(sys.stderr)
+
+
+def _vocabulary(path: Optional[str]) -> Optional[List[str]]:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [line.rstrip("\n") for line in fh if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"--vocabulary {path!r}: {exc.strerror or exc}") from exc
 
 
 def _dynamic(items: Optional[List[str]]):
@@ -165,53 +218,76 @@ def _inspect_text(info: dict) -> str:
     return "\n".join(lines)
 
 
-def run(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "export":
+def _export(args) -> int:
+    if hf_cli.is_hf_source(args.factory):
+        report = hf_cli.export_from_args(args, examples=load_examples(args.examples))
+    else:
         model, inputs, outputs, examples = load_factory(args.factory)
         report = export(model, args.out, inputs, outputs, exporter=args.exporter,
                         sizes=_pairs(args.size, "--size", int), metadata=_pairs(args.metadata, "--metadata"),
                         opset=args.opset, atol=args.atol, rtol=args.rtol, verify=not args.no_verify,
                         strict=args.strict, rasr=args.rasr, examples=load_examples(args.examples) or examples,
-                        target=args.target, runtimes=args.runtime or (), external_data=args.external_data)
+                        target=args.target, runtimes=args.runtime or (), external_data=args.external_data,
+                        progress=progress_for(args), contract=args.contract,
+                        vocabulary=_vocabulary(args.vocabulary), quantize=args.quantize)
         if args.json:
             report.to_json(args.json)
-        print(report.summary())
-    elif args.command == "verify":
-        model, inputs, outputs, examples = load_factory(args.factory)
-        results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol,
-                         examples=load_examples(args.examples) or examples, runtimes=args.runtime or ())
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump([r.to_dict() for r in results], fh, indent=2)
-        for r in results:
-            where = f" in {r.runtime}" if r.runtime else ""
-            print(f"ok  {'example ' if r.example else ''}{r.sizes}{where}  "
-                  + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
-    elif args.command == "diagnose":
-        model, inputs, outputs, examples = load_factory(args.factory)
-        found = diagnose(model, inputs, outputs, exporter=args.exporter, sizes=_pairs(args.size, "--size", int),
-                         examples=load_examples(args.examples) or examples, atol=args.atol, rtol=args.rtol)
-        print(found.summary())
-        return 1 if found.findings else 0
-    elif args.command == "repair":
-        proto = onnx.load(args.onnx)
-        fixed, done = repair_int_types(proto)
-        session(fixed)  # loads now, or raises with ONNX Runtime's reason
-        write_atomically(fixed, check_writable(args.out))
-        print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
-    else:
-        info = inspect(args.onnx, dynamic=_dynamic(args.dynamic))
-        info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
-                                  output=args.output).to_dict()
-        print(json.dumps(info, indent=2) if args.json else _inspect_text(info))
+    print(report.summary())
     return 0
+
+
+def _verify(args) -> int:
+    model, inputs, outputs, examples = load_factory(args.factory)
+    results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol,
+                     examples=load_examples(args.examples) or examples, runtimes=args.runtime or ())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump([r.to_dict() for r in results], fh, indent=2)
+    for r in results:
+        where = f" in {r.runtime}" if r.runtime else ""
+        print(f"ok  {'example ' if r.example else ''}{r.sizes}{where}  "
+              + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+    return 0
+
+
+def _diagnose(args) -> int:
+    model, inputs, outputs, examples = load_factory(args.factory)
+    found = diagnose(model, inputs, outputs, exporter=args.exporter, sizes=_pairs(args.size, "--size", int),
+                     examples=load_examples(args.examples) or examples, atol=args.atol, rtol=args.rtol)
+    print(found.summary())
+    return 1 if found.findings else 0
+
+
+def _repair(args) -> int:
+    proto = onnx.load(args.onnx)
+    fixed, done = repair_int_types(proto)
+    session(fixed)  # loads now, or raises with ONNX Runtime's reason
+    write_atomically(fixed, check_writable(args.out))
+    print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
+    return 0
+
+
+def _inspect(args) -> int:
+    info = describe(args.onnx, dynamic=_dynamic(args.dynamic))
+    info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
+                              output=args.output).to_dict()
+    print(json.dumps(info, indent=2) if args.json else _inspect_text(info))
+    return 0
+
+
+VERBS = {"export": _export, "verify": _verify, "diagnose": _diagnose, "repair": _repair, "inspect": _inspect,
+         "export-streaming": lambda args: streaming_cli.run(args), "quantize": lambda args: quantize_cli.run(args)}
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    return VERBS[args.command](args)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return run(argv)
-    except UsageError as exc:
+    except (UsageError, streaming_cli.FactoryError) as exc:
         print(f"onnx-compat: usage error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # one clear line for a pipeline's log, and the module at fault when known

@@ -16,10 +16,10 @@ import numpy as np
 import onnx
 import torch
 
-from . import exporters
-from .export import export
-from .models import conformer, conv_demo
-from .vanilla import vanilla_export
+from onnx_compat.pipeline import capture as exporters
+from onnx_compat.pipeline import export
+from onnx_compat.models import conformer, conv_demo
+from onnx_compat.pipeline.vanilla import vanilla_export
 
 
 def main() -> None:

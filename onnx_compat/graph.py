@@ -57,23 +57,34 @@ def sentinel_constants(proto: onnx.ModelProto) -> List[str]:
     Harmless in ONNX Runtime, but some runtimes and converters overflow on them
     (int32 backends, TensorRT), and they mark a slice whose end the exporter did
     not know."""
-    consumers: Dict[str, List[str]] = collections.defaultdict(list)
+    consumers: Dict[str, List[onnx.NodeProto]] = collections.defaultdict(list)
     for node in proto.graph.node:
         for name in node.input:
-            consumers[name].append(f"{node.op_type} {node.name!r}" if node.name else node.op_type)
+            consumers[name].append(node)
     tensors = [(t.name, t) for t in proto.graph.initializer]
     tensors += [(n.output[0], a.t) for n in proto.graph.node if n.op_type == "Constant"
                 for a in n.attribute if a.name == "value"]
-    found = []
+    by_value: Dict[tuple, List[str]] = collections.defaultdict(list)  # one finding per sentinel, not per constant
     for name, tensor in tensors:
         if tensor.data_type != onnx.TensorProto.INT64 or math.prod(tensor.dims) > 64:
             continue
         values = numpy_helper.to_array(tensor).ravel().tolist()
-        hits = sorted({v for v in values if abs(v) >= _SENTINEL})
+        hits = tuple(sorted({v for v in values if abs(v) >= _SENTINEL}))
         if hits:
-            users = ", ".join(consumers.get(name, [])) or "no op"
-            found.append(f"int64 sentinel {hits} in constant {name!r}, used by {users}")
-    return found
+            by_value[hits].append(name)
+    return [_sentinel_line(list(hits), names, consumers) for hits, names in by_value.items()]
+
+
+def _sentinel_line(hits, names: List[str], consumers) -> str:
+    """One line however many constants and ops: the ops counted by type, a few named."""
+    users = [n for name in names for n in consumers.get(name, [])]
+    kinds = collections.Counter(n.op_type for n in users)
+    counted = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in kinds.most_common()) or "no op"
+    shown = [repr(n.name) for n in users if n.name][:3]
+    more = f" and {len(users) - len(shown)} more" if len(users) > len(shown) and shown else ""
+    where = f" ({', '.join(shown)}{more})" if shown else ""
+    constants = f"constant {names[0]!r}" if len(names) == 1 else f"{len(names)} constants"
+    return f"int64 sentinel {hits} in {constants}, used by {counted}{where}"
 
 
 def declared_dynamic(proto: onnx.ModelProto) -> Dict[str, Dict[int, str]]:
@@ -95,7 +106,7 @@ def findings(proto: onnx.ModelProto, dynamic: Optional[Mapping[str, Mapping[int,
     return out
 
 
-def inspect(model: Union[str, os.PathLike, onnx.ModelProto],
+def describe(model: Union[str, os.PathLike, onnx.ModelProto],
             dynamic: Optional[Mapping[str, Mapping[int, str]]] = None) -> dict:
     """A summary of ``model``: opset, I/O, node count, op histogram, auto_pad, metadata, findings."""
     proto = load(model)

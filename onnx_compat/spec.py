@@ -14,6 +14,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from onnx_compat.errors import SpecError
+
 
 @dataclass(frozen=True)
 class Dim:
@@ -48,10 +50,6 @@ DimLike = Union[Dim, int, None]  # None: an output dim taken from what the model
 def size_name(name: str, axis: int) -> str:
     """ONNX name of the lengths of ``name``'s ``axis``: ``data:size1``."""
     return f"{name}:size{axis}"
-
-
-class SpecError(ValueError):
-    """The declared inputs/outputs (or the examples) do not fit the model or each other."""
 
 
 @dataclass

@@ -6,7 +6,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from onnx_compat.exporters import HAS_DYNAMO, bare_export
+from onnx_compat.pipeline.capture import HAS_DYNAMO
+from onnx_compat.pipeline.vanilla import plain_export
 
 EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
 # ONNX Runtime's basic optimiser fuses a Pad into the Conv after it from 1.17 on (1.16.3 keeps the Pad)
@@ -20,7 +21,7 @@ def export(model, args, exporter, dynamic, names=None):
     input names (default x0, x1, ...).
     """
     names = names or [f"x{i}" for i in range(len(args))]
-    return bare_export(model, args, exporter, names, {names[i]: axes for i, axes in dynamic.items()},
+    return plain_export(model, args, exporter, names, {names[i]: axes for i, axes in dynamic.items()},
                        output_names=["y"])
 
 

@@ -8,7 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import onnx_compat
-from onnx_compat import flags
+from onnx_compat import versions
+
 
 from helpers import EXPORTERS, export, run, vanilla_failure
 from models import mask_of
@@ -85,7 +86,7 @@ CASES = {
     "sdpa_bool_full_rows": lambda: SDPA("bool_full_rows"),
     "sdpa_gqa": lambda: SDPA("gqa"),
 }
-# How the unpatched export goes wrong (facts §3), per exporter; None: it works.
+# How the unpatched export goes wrong, per exporter; None: it works.
 # key: (case, exporter, grad mode at export)
 VANILLA = {
     ("mha_batch_first", "torchscript", "grad"): ("Reshape", "aten::unflatten"),  # torch 2.0: no unflatten at all
@@ -169,7 +170,7 @@ def _check(proto, model, name):
 def test_patched_export_matches_eager(name, exporter):
     _skip_where_unsupported(name)
     model = _build(name)
-    grad_mode = "grad" if name.startswith("sdpa") else "no_grad"  # the failing settings of facts §3
+    grad_mode = "grad" if name.startswith("sdpa") else "no_grad"  # the settings under which they fail
     with onnx_compat.patched():
         proto = _export(model, exporter, grad_mode)
     _check(proto, model, name)
@@ -189,9 +190,9 @@ def test_encoders_export_under_inference_mode(name, exporter):
 def test_vanilla_export_fails_as_recorded(name, exporter, grad_mode):
     """Without the patches these cases break, so the patched tests cannot pass by accident."""
     if exporter not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     since = VANILLA_SINCE.get((name, exporter))
-    if since and not flags.torch_at_least(since):
+    if since and not versions.torch_at_least(since):
         pytest.skip(f"torch {torch.__version__}'s unpatched {exporter} export of {name} is right (measured on 2.8)")
     model = _build(name)
     vanilla_failure(lambda: _check(_export(model, exporter, grad_mode), model, name), VANILLA[name, exporter, grad_mode])

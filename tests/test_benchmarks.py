@@ -1,5 +1,7 @@
-"""Each benchmark runs at a tiny size, so none can rot. Not timed."""
+"""Each benchmark runs at a tiny size, so none can rot; each table it writes has its block in docs/. Not timed."""
+import glob
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
@@ -7,12 +9,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import eager_overhead  # noqa: E402
 import export_cost  # noqa: E402
 import padding_paths  # noqa: E402
+import readme_block  # noqa: E402
 import zoo_report  # noqa: E402
 
 from helpers import HAS_DYNAMO  # noqa: E402
 import pytest  # noqa: E402
 
-from onnx_compat import flags, targets  # noqa: E402
+from onnx_compat import versions  # noqa: E402
+
+
+
+from onnx_compat.pipeline import releases as targets
 
 
 @pytest.mark.skipif(not HAS_DYNAMO, reason="the benchmark compares with the dynamo exporter")
@@ -29,7 +36,7 @@ def test_eager_overhead_smoke():
     assert eager_overhead.main(["--tiny"]) > 0
 
 
-@pytest.mark.skipif(not flags.torch_at_least("2.1"),
+@pytest.mark.skipif(not versions.torch_at_least("2.1"),
                     reason="the baseline, an unpatched TorchScript export of string padding, fails on torch 2.0")
 def test_export_cost_smoke(capsys):
     rows = export_cost.main(["--tiny", "--runs", "1"])
@@ -38,19 +45,24 @@ def test_export_cost_smoke(capsys):
     assert "| ratio |" in capsys.readouterr().out
 
 
-def test_zoo_report_writes_the_readme_table(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- zoo:begin -->\nold\n<!-- zoo:end -->\noutro\n")
-    rows = zoo_report.main(["--only", "onnx_compat conv demo", "--write", str(readme)])
-    text = readme.read_text()
+def test_zoo_report_writes_its_table(tmp_path):
+    page = tmp_path / "models.md"
+    page.write_text("intro\n<!-- zoo:begin -->\nold\n<!-- zoo:end -->\noutro\n")
+    rows = zoo_report.main(["--only", "onnx_compat conv demo", "--write", str(page)])
+    text = page.read_text()
     assert len(rows) == 1 and "old" not in text and text.startswith("intro") and text.endswith("outro\n")
-    vanilla = "ok (" if flags.torch_at_least("2.1") else "export fails"  # torch 2.0: aten::_convolution_mode
+    vanilla = "ok (" if versions.torch_at_least("2.1") else "export fails"  # torch 2.0: aten::_convolution_mode
     assert f"| onnx_compat conv demo | {vanilla}" in text and "fits feature-scorer/encoder" in text
 
 
-def test_op_tail_smoke(capsys):
+def test_op_tail_smoke(capsys, tmp_path):
     import op_tail
-    rows = op_tail.main(["--only", "cumsum_bool"])
+    page = tmp_path / "benchmarks.md"
+    page.write_text("intro\n<!-- op-tail -->\nold\n<!-- /op-tail -->\noutro\n")
+    rows = op_tail.main(["--only", "cumsum_bool", "--write", str(page)])
+    text = page.read_text()
+    assert "old" not in text and text.startswith("intro") and text.endswith("outro\n")
+    assert "| cumsum_bool | torchscript | fails" in text
     assert [r[:2] for r in rows][0] == ("cumsum_bool", "torchscript")
     assert rows[0][2].startswith("fails") and rows[0][3] >= rows[0][4] > 0
     assert "| case |" in capsys.readouterr().out
@@ -94,3 +106,36 @@ def test_matrix_table_from_a_run():
     assert "| 2.1.2 | 1.16.2 / 1.19.2 / - / 1.26.4 | torchscript | 1 (1) | 3 / 1 / 0 | torchscript, 3 shapes" in \
         test_matrix.table(rows)
     assert "patch rms_norm unavailable: lacks it" in test_matrix.details(rows)
+
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+_WRITES = re.compile(r'add_write_option\(\w+, "([\w-]+)", "([\w/.-]+)"\)')
+
+
+def _written_tables():
+    """(script, marker name, page) for every --write of benchmarks/, read from the scripts' own source."""
+    found = []
+    for script in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*.py"))):
+        with open(script, encoding="utf-8") as f:
+            found += [(os.path.basename(script), name, page) for name, page in _WRITES.findall(f.read())]
+    return found
+
+
+def test_every_written_table_has_its_block_in_the_page_its_help_names():
+    tables = _written_tables()
+    assert len(tables) >= 8, tables
+    for script, name, page in tables:
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            text = f.read()
+        begin, end = (zoo_report.BEGIN, zoo_report.END) if name == "zoo" else (f"<!-- {name} -->", f"<!-- /{name} -->")
+        assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end), \
+            f"{script} writes the {name} table into {page}, which has no single {begin} ... {end} block"
+
+
+def test_a_page_without_the_block_is_refused_and_told_where_it_is(tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text("no tables here\n")
+    expected = r"no <!-- export-cost --> \.\.\. <!-- /export-cost --> block.*docs/benchmarks\.md"
+    with pytest.raises(SystemExit, match=expected):
+        readme_block.write_marked(str(page), "| table |", "export-cost")
+    assert page.read_text() == "no tables here\n"

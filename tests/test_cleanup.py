@@ -1,17 +1,18 @@
 """Cleanup keeps numbers and dims, folds the pad subgraph, and refuses to change a model."""
-import importlib
 
 import onnx
 import pytest
 
 import onnx_compat
-from onnx_compat import ExportError, flags
-from onnx_compat.cleanup import cleanup
+from onnx_compat import ExportError
+from onnx_compat import versions
+
+from onnx_compat.pipeline.cleanup import cleanup
 from onnx_compat.models import conv_demo
 
 from helpers import EXPORTERS, PAD_FUSION
 
-export_mod = importlib.import_module("onnx_compat.export")  # the module, not the function of the same name
+from onnx_compat.pipeline import stages as export_mod  # the stages of export()
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_pad_subgraph_is_fused_and_numbers_kept(hard, tmp_path):
     assert "onnx_compat.exporter" in meta                     # cleanup keeps metadata
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=flags.NO_DYNAMO)
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
 def test_cleaned_torchscript_has_the_dynamo_node_count(hard, tmp_path):
     ts = onnx_compat.export(hard["model"], str(tmp_path / "t.onnx"), hard["inputs"], hard["outputs"],
                             exporter="torchscript")

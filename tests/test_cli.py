@@ -69,3 +69,41 @@ def test_examples_file_is_the_export_example_and_is_verified(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "ok  example {'batch': 1, 'time': 17}" in printed and "ok  example {'batch': 3, 'time': 44}" in printed
     assert main(["verify", str(out), FACTORY, "--examples", str(tmp_path / "x.txt")]) == 2
+
+
+class _Terminal:
+    """stderr as a person's terminal."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("extra, shown", [([], True), (["--quiet"], False), (["--json", "{tmp}/r.json"], False)],
+                         ids=["terminal", "quiet", "json"])
+def test_progress_lines_on_a_terminal_only(extra, shown, tmp_path, monkeypatch, capsys):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["export", FACTORY, "--out", str(tmp_path / "m.onnx"), "--exporter", "torchscript"]
+    assert main(argv + [a.format(tmp=tmp_path) for a in extra]) == 0
+    lines = [line for line in terminal.text.splitlines() if line.startswith("onnx-compat [")]
+    if shown:
+        stages = [line.split("] ", 1)[1] for line in lines]
+        assert stages[0] == "checking the model's outputs" and "capture (torchscript)" in stages, stages
+        assert stages[-1] == "writing" and all("s] " in line for line in lines), lines
+    else:
+        assert lines == [], lines
+    assert "onnx-compat [" not in capsys.readouterr().out
+
+
+def test_no_progress_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    assert main(["export", FACTORY, "--out", str(tmp_path / "m.onnx"), "--exporter", "torchscript"]) == 0
+    assert "onnx-compat [" not in capsys.readouterr().err

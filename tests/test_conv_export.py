@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import onnx_compat
-from onnx_compat import flags
+from onnx_compat import versions
+
 
 from helpers import EXPORTERS, assert_matches, auto_pads, export, run, vanilla_string_padding_failure
 
@@ -69,7 +70,7 @@ def test_patched_export_matches_eager_at_new_shapes(name, exporter):
 
 
 def test_vanilla_torchscript_export_of_dilated_same_fails_in_onnxruntime():
-    """The failure the patch removes (facts §2): auto_pad SAME_UPPER with dilation."""
+    """The failure the patch removes: auto_pad SAME_UPPER with dilation."""
     model, _ = _build("1d_k3_d2")
     proto = vanilla_string_padding_failure(model, (torch.randn(2, C, 37),), _dynamic(1))
     if proto is not None:
@@ -86,7 +87,7 @@ def test_symmetric_case_has_no_pad_node_and_asymmetric_one_has():
         assert ops.count("Conv") == 1 and ("Pad" in ops) == expect_pad, ops
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=flags.NO_DYNAMO)
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
 def test_patch_leaves_dynamo_exports_alone():
     """dynamo writes asymmetric pads itself; the patch must not add a Pad node there."""
     model, _ = _build("1d_k4_d3_no_bias")

@@ -6,8 +6,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import onnx_compat
-from onnx_compat import Dim, ExportError, TensorSpec, flags, registry
-from onnx_compat.registry import Patch
+from onnx_compat import Dim, ExportError, TensorSpec
+from onnx_compat import versions
+
+from onnx_compat.patches import registry
+from onnx_compat.patches.registry import Patch
 
 from helpers import EXPORTERS
 
@@ -70,7 +73,7 @@ CASES = [("op", "torchscript", None), ("guard", "dynamo", None), ("pool", "dynam
 @pytest.mark.parametrize("fault,exporter,patches", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_the_module_at_fault_is_named_exactly(fault, exporter, patches, tmp_path):
     if exporter not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     model, inputs, outputs = _job(fault)
     training = [m.training for m in model.modules()]
     with pytest.raises(ExportError) as failed:
@@ -85,7 +88,7 @@ def test_the_module_at_fault_is_named_exactly(fault, exporter, patches, tmp_path
 def test_each_failed_attempt_has_its_culprit_in_the_report(tmp_path):
     """auto: dynamo fails on the guard, TorchScript exports (and bakes it); the report keeps the culprit."""
     if "dynamo" not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     model, inputs, outputs = _job("guard")
     report = onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter="auto", verify=False)
     failed = [a for a in report.attempts if not a.ok]

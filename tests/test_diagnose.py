@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 import onnx_compat
-from onnx_compat import Dim, TensorSpec, registry
-from onnx_compat.diagnose import diagnose
-from onnx_compat.registry import Patch
+from onnx_compat import Dim, TensorSpec
+from onnx_compat.patches import registry
+from onnx_compat.diagnosis import diagnose
+from onnx_compat.patches.registry import Patch
 
 from helpers import EXPORTERS
 

@@ -9,8 +9,10 @@ import torch
 from torch import nn
 
 import onnx_compat
-from onnx_compat import flags, registry
-from onnx_compat.registry import Patch
+from onnx_compat import versions
+
+from onnx_compat.patches import registry
+from onnx_compat.patches.registry import Patch
 
 from helpers import EXPORTERS, export, run, vanilla_failure
 
@@ -89,7 +91,7 @@ def _check(proto, model, name):
 def _skip_mixed_pads(exporter):
     """Measured by make test-matrix: torch 2.8 (onnxscript 0.4) cannot translate aten.pad([2, s]), a static and
     a symbolic amount ("Could not determine the dtype for the input 'inputs'"); 2.13 and 2.15 can."""
-    if exporter == "dynamo" and not flags.torch_at_least("2.13"):
+    if exporter == "dynamo" and not versions.torch_at_least("2.13"):
         pytest.skip(f"torch {torch.__version__}'s dynamo exporter cannot translate F.pad with a static and a "
                     "symbolic amount")
 
@@ -107,7 +109,7 @@ def test_patched_helpers_keep_sizes_dynamic(name, exporter):
 @pytest.mark.parametrize("name,exporter", sorted(VANILLA))
 def test_vanilla_helpers_fail_as_recorded(name, exporter):
     if exporter not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     _skip_mixed_pads(exporter)
     model = _build(name)
     vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), VANILLA[name, exporter])
@@ -163,5 +165,5 @@ def test_a_helper_with_another_signature_is_not_wrapped(scratch_patches):
 
 
 def test_the_transformers_patches_are_available_here():
-    expected = {"tf_same_padding", "conv_geometry_ints"} if flags.HAS_DYNAMO else {"tf_same_padding"}  # dynamo-only
+    expected = {"tf_same_padding", "conv_geometry_ints"} if versions.HAS_DYNAMO else {"tf_same_padding"}  # dynamo-only
     assert expected <= set(onnx_compat.available_patches())

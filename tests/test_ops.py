@@ -1,4 +1,4 @@
-"""The op tail (issue rows of facts §3, rows 6 and 9): each case under both exporters, ONNX Runtime
+"""The op tail: each case under both exporters, ONNX Runtime
 against the unpatched eager model at new batch and length sizes (B=1 too), and each vanilla failure
 asserted where it happens, so a patched test cannot pass by accident."""
 import numpy as np
@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 import onnx_compat
-from onnx_compat import flags
-from onnx_compat.registry import steps_aside
+from onnx_compat import versions
+
+from onnx_compat.patches.registry import steps_aside
 
 from helpers import EXPORTERS, export, run, vanilla_failure
 
@@ -145,7 +146,7 @@ def _inputs(name, B, T, seed):
 def _dynamic(name):
     if name in IMAGES:
         return {0: {0: "batch", 2: "height", 3: "width"}}
-    if name == "length_regulator":  # the Python loop over the batch fixes B (README limits)
+    if name == "length_regulator":  # the Python loop over the batch fixes B (docs/models.md, Limits)
         return {0: {1: "time"}, 1: {1: "time"}}
     return {0: {0: "batch", 1: "time"}}
 
@@ -202,7 +203,7 @@ def test_patched_export_matches_eager(name, exporter):
 @pytest.mark.parametrize("name,exporter", sorted(VANILLA))
 def test_vanilla_export_fails_as_recorded(name, exporter):
     if exporter not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     model = _build(name)
     if not _fails_here(name, exporter):
         pytest.skip(f"torch {torch.__version__} exports {name} without the patch")

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings, strategies as st
 from torch.nn.utils.rnn import pad_sequence
 
 import onnx_compat
-from onnx_compat.patches.pointwise import expm1
+from onnx_compat.patches.arithmetic import expm1
 from onnx_compat.patches.pooling import adaptive_pool
 from onnx_compat.patches.resize import antialias_resize
 from onnx_compat.patches.sequences import pad_sequence as padded_to_longest
@@ -50,7 +50,7 @@ def test_antialias_weights_match_eager(height, width, mode, data):
     x = torch.rand(1, 2, height, width)
     expected = F.interpolate(x, mode=mode, antialias=True, **kwargs)
     if expected.shape[3] == 1 and expected.shape[2] != height:
-        return  # eager's kernel repeats one row there (torch 2.13); the README's limits show it
+        return  # eager's kernel repeats one row there (torch 2.13); docs/models.md, Limits, shows it
     got = antialias_resize(x, kwargs.get("size"), kwargs.get("scale_factor"), mode,
                            kwargs.get("recompute_scale_factor", False))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
@@ -133,7 +133,7 @@ def test_adaptive_pooling_at_random_lengths(kind, exporter, batch, time, seed):
 @given(length=st.integers(1, 12), n=st.integers(0, 4), dim=st.integers(-2, 1), extra=st.integers(0, 3),
        boolean=st.booleans())
 def test_diff_slices_match_eager(length, n, dim, extra, boolean):
-    from onnx_compat.patches.pointwise import diff
+    from onnx_compat.patches.arithmetic import diff
     x = torch.randn(3, length) if dim in (-1, 1) else torch.randn(length, 3)
     if boolean:
         x = x > 0

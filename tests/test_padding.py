@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
-from onnx_compat.padding import as_tuple, f_pad_arg, is_symmetric, same_pads, symmetric_padding, valid_output_length
+from onnx_compat.patches._padding import as_tuple, f_pad_arg, is_symmetric, same_pads, symmetric_padding, valid_output_length
 
 
 def test_formula_examples():

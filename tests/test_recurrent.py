@@ -10,8 +10,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import onnx_compat
-from onnx_compat import check_rasr, export as pipeline_export
-from onnx_compat import flags
+from onnx_compat import check_rasr
+from onnx_compat import export as pipeline_export
+from onnx_compat import versions
+
 from onnx_compat.models import blstm
 from onnx_compat.patches.recurrent import DYNAMO_WRITES_RNN
 
@@ -115,7 +117,7 @@ def test_packed_sequences(config, exporter):
 @pytest.mark.skipif(not HAS_DYNAMO, reason="dynamo exporter only")
 def test_vanilla_dynamo_fails_where_the_patches_help():
     time_first = _build(("LSTM", 1, False, False, False))
-    if not flags.torch_at_least(DYNAMO_WRITES_RNN):  # from there on torch keeps T dynamic itself
+    if not versions.torch_at_least(DYNAMO_WRITES_RNN):  # from there on torch keeps T dynamic itself
         with pytest.raises(Exception):  # T baked: ORT fails or the shapes differ at other T
             _check(_export(time_first, "dynamo"), time_first, packed=False)
     with pytest.raises(Exception, match="zeros|FakeTensor"):

@@ -7,11 +7,13 @@ import torch
 from onnx import TensorProto, helper
 from torch import nn
 
-from onnx_compat import Dim, TensorSpec, export, inspect
-from onnx_compat.cli import main as cli
-from onnx_compat.repair import repair_int_types
+from onnx_compat import Dim, TensorSpec, describe as inspect
 
-from helpers import export as bare_export
+from onnx_compat import export
+from onnx_compat.cli import main as cli
+from onnx_compat.pipeline.repair import repair_int_types
+
+from helpers import export as plain_export
 
 
 class ReturnnLike(nn.Module):
@@ -37,7 +39,7 @@ def _inputs(B, T, seed):
 
 def _vanilla():
     model = ReturnnLike().eval()
-    proto = bare_export(model, _inputs(2, 37, 0), "torchscript", {0: {0: "batch", 1: "time"}, 1: {0: "batch"}})
+    proto = plain_export(model, _inputs(2, 37, 0), "torchscript", {0: {0: "batch", 1: "time"}, 1: {0: "batch"}})
     return model, proto
 
 
@@ -95,7 +97,7 @@ def _crafted():
 def test_inspect_findings_on_a_crafted_model():
     found = inspect(_crafted(), dynamic={"data": {0: "batch", 2: "time"}})["findings"]
     assert any("conv0" in f and "auto_pad" in f for f in found)
-    assert any("9223372036854775807" in f and "'ends'" in f and "Slice 'open_slice'" in f for f in found)
+    assert any("9223372036854775807" in f and "'ends'" in f and "Slice ('open_slice')" in f for f in found)
     assert any("'data' dim 2" in f and "37" in f for f in found)
     assert len(found) == 3
 

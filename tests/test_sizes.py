@@ -8,7 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import onnx_compat
-from onnx_compat import Dim, ExportError, TensorSpec, flags
+from onnx_compat import Dim, ExportError, TensorSpec
+from onnx_compat import versions
+
 
 from helpers import EXPORTERS
 
@@ -50,7 +52,7 @@ def _line_of(cls, text):
     return start + next(i for i, line in enumerate(lines) if text in line)
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=flags.NO_DYNAMO)
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
 @pytest.mark.parametrize("name", list(CASES))
 def test_auto_keeps_python_size_arithmetic_dynamic(name, tmp_path):
     report = onnx_compat.export(CASES[name][0](), str(tmp_path / "m.onnx"), *_specs(name), exporter="auto")

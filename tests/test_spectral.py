@@ -18,7 +18,8 @@ import torch
 import torch.nn as nn
 
 import onnx_compat
-from onnx_compat import flags
+from onnx_compat import versions
+
 from onnx_compat.models import audio
 
 from helpers import EXPORTERS, export, run, vanilla_failure
@@ -208,7 +209,7 @@ def test_patched_export_matches_eager(case, exporter):
 @pytest.mark.parametrize("case,exporter", sorted(VANILLA))
 def test_vanilla_export_fails_as_recorded(case, exporter):
     if exporter not in EXPORTERS:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     model = _build(case)
     vanilla_failure(lambda: _check(_export(model, exporter), model, case), VANILLA[(case, exporter)])
 

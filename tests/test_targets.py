@@ -15,10 +15,10 @@ import torch
 from onnx import TensorProto, helper
 
 import onnx_compat
-from onnx_compat import targets
+from onnx_compat.pipeline import releases as targets
 from onnx_compat.models import blstm, conformer
 from onnx_compat.runtimes import RuntimeUnavailable
-from onnx_compat.verify import valid_mask
+from onnx_compat.pipeline.verification import valid_mask
 
 from helpers import EXPORTERS
 
@@ -139,7 +139,7 @@ def test_without_a_target_the_default_export_does_not_load_in_116(tmp_path):
 
 @needs_node
 def test_the_rasr_style_node_consumer_runs_the_conformer(tmp_path):
-    """deploy/node/rasr_consumer.js, as the README shows it, on a 1.16-target Conformer; numbers against eager."""
+    """deploy/node/rasr_consumer.js as docs/deploying.md shows it, on a 1.16-target Conformer; numbers against eager."""
     job = conformer.tiny()
     path = str(tmp_path / "m.onnx")
     report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="torchscript",

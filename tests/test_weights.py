@@ -12,12 +12,15 @@ import torch
 from torch import nn
 
 import onnx_compat
-from onnx_compat import Dim, ExportError, TensorSpec, safety, weights
-from onnx_compat.verify import VerificationError
+from onnx_compat import Dim, ExportError, TensorSpec
+
+from onnx_compat.pipeline import files
+from onnx_compat.pipeline import weights
+from onnx_compat.pipeline.verification import VerificationError
 
 from helpers import EXPORTERS
 
-export_mod = __import__("importlib").import_module("onnx_compat.export")
+from onnx_compat.pipeline import stages as export_mod  # the stages of export()
 
 
 class Wide(nn.Module):
@@ -112,7 +115,7 @@ def test_a_full_disk_is_one_clear_error_and_nothing_changes(monkeypatch, tmp_pat
         with open(target, "wb") as f:
             f.write(b"half a mo")  # a partial file, as a full disk leaves it
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(safety.onnx, "save", full)
+    monkeypatch.setattr(files.onnx, "save", full)
     with pytest.raises(OSError, match=r"cannot write the ONNX model to .*m\.onnx.*No space left on device"):
         onnx_compat.export(_model(), path, *SPECS, exporter="torchscript")
     _unchanged(tmp_path)
@@ -122,9 +125,9 @@ def test_a_folder_without_room_for_the_weights_is_refused_before_exporting(monke
     path = _previous_model(tmp_path)
     stats = os.statvfs(tmp_path)
     tiny = os.statvfs_result((stats.f_bsize, stats.f_frsize, stats.f_blocks, 1, 1) + tuple(stats)[5:])
-    monkeypatch.setattr(safety.os, "statvfs", lambda folder: tiny)
+    monkeypatch.setattr(files.os, "statvfs", lambda folder: tiny)
     ran = []
-    monkeypatch.setattr(export_mod.exporters, "run", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(export_mod.capture, "run", lambda *a, **k: ran.append(1))
     with pytest.raises(ValueError, match=r"weights need 0\.\d MiB and folder .* has 0\.0 MiB free"):
         onnx_compat.export(_model(), path, *SPECS, exporter="torchscript")
     assert not ran

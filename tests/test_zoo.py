@@ -6,9 +6,15 @@ from collections import Counter
 import pytest
 import torch
 
-from onnx_compat import ExportError, check_rasr, export, flags
+from onnx_compat import ExportError, check_rasr
+
+from onnx_compat import export
+
+from onnx_compat import versions
+
+
 from onnx_compat.models.zoo import ZOO
-from onnx_compat.vanilla import export_proto, vanilla_export
+from onnx_compat.pipeline.vanilla import export_proto, vanilla_export
 
 from helpers import EXPORTERS, HAS_DYNAMO
 
@@ -60,7 +66,7 @@ TORCHSCRIPT_LIMITS = {
     "transformers Qwen2.5-Omni ECAPA_TimeDelayNet": "Concat",  # len(torch.ones(B)) is a Python int: B baked
 }
 # torch 2.8 (make test-matrix; 2.6 and 2.13 export it): an assert in Mimi's padding fails while tracing
-if flags.torch_at_least("2.8") and not flags.torch_at_least("2.13"):
+if versions.torch_at_least("2.8") and not versions.torch_at_least("2.13"):
     TORCHSCRIPT_LIMITS["transformers Mimi (encode)"] = "a size was frozen into the graph by Python code"
 
 
@@ -83,11 +89,11 @@ def test_every_zoo_model_has_an_expectation():
 @pytest.mark.parametrize("name", list(ZOO))
 def test_vanilla_outcome_is_as_recorded(name, exporter):
     if exporter == "dynamo" and not HAS_DYNAMO:
-        pytest.skip(flags.NO_DYNAMO)
+        pytest.skip(versions.NO_DYNAMO)
     job = _job(name)
     outcome = vanilla_export(job["model"], job["inputs"], job["outputs"], exporter)
     expected = EXPECTED[name][0 if exporter == "torchscript" else 1]
-    if exporter == "torchscript" and name in TORCH20_TORCHSCRIPT and not flags.torch_at_least("2.1"):
+    if exporter == "torchscript" and name in TORCH20_TORCHSCRIPT and not versions.torch_at_least("2.1"):
         expected, text = TORCH20_TORCHSCRIPT[name]
         assert outcome.stage == expected and text in outcome.detail, str(outcome)
         return

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..spec import Dim, TensorSpec
-from .conformer import ConformerEncoder
+from onnx_compat.spec import Dim, TensorSpec
+from onnx_compat.models.conformer import ConformerEncoder
 
 
 def mel_filterbank(n_fft: int, mels: int, sample_rate: int, fmin: float = 0.0, fmax: float = None) -> np.ndarray:

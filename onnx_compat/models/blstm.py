@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..spec import Dim, TensorSpec
+from onnx_compat.spec import Dim, TensorSpec
 
 
 class BLSTM(nn.Module):

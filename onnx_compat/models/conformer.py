@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..spec import Dim, TensorSpec
+from onnx_compat.spec import Dim, TensorSpec
 
 
 def _mask(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

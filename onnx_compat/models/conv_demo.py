@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..spec import Dim, TensorSpec
+from onnx_compat.spec import Dim, TensorSpec
 
 
 class ConvDemo(nn.Module):

@@ -15,8 +15,8 @@ from typing import Callable, Dict
 import torch
 from torch import nn
 
-from ..spec import Dim, TensorSpec
-from . import audio, blstm, conformer, conv_demo
+from onnx_compat.spec import Dim, TensorSpec
+from onnx_compat.models import audio, blstm, conformer, conv_demo
 
 
 class MaskFromLengths(nn.Module):

@@ -1,12 +1,4 @@
-"""Patch families. Importing this package registers every family."""
-from . import conv  # noqa: F401
-from . import attention  # noqa: F401
-from . import recurrent  # noqa: F401
-from . import pointwise  # noqa: F401
-from . import norms  # noqa: F401
-from . import windows  # noqa: F401
-from . import pooling  # noqa: F401
-from . import resize  # noqa: F401
-from . import sequences  # noqa: F401
-from . import transformers_helpers  # noqa: F401
-from . import spectral  # noqa: F401
+"""The patching layer: the registry (``registry.py``), what a patch acts on
+(``when.py``), and one module per family of PyTorch pieces that export badly
+(``families.py`` lists the default set).
+"""

@@ -20,9 +20,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-
-class SpectralError(RuntimeError):
-    """A complex-valued call the spectral patches cannot write as real ops."""
+from onnx_compat.errors import SpectralError
 
 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128, torch.float16: torch.complex32}

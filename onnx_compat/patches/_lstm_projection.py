@@ -20,7 +20,9 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .. import flags
+
+
+from onnx_compat.patches import when
 
 
 def _step(xw: Tensor, keep: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, w_hr: Tensor):
@@ -69,7 +71,7 @@ def _direction(xs, valid, h0, c0, weights, has_biases: bool, reverse: bool):
     else:
         w_ih, w_hh, w_hr = weights
         xw = torch.matmul(xs, w_ih.t())
-    loop = _scan_loop if flags.dynamo_exporting() else _scripted_loop
+    loop = _scan_loop if when.dynamo_exporting() else _scripted_loop
     return loop(xw, valid, h0, c0, w_hh, w_hr, reverse)
 
 

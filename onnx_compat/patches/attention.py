@@ -1,6 +1,6 @@
 """Attention: ``nn.MultiheadAttention``, the Transformer layers and SDPA.
 
-Four patches, each for a failure measured on torch 2.13 (export facts §3):
+Four patches, each for a failure measured on torch 2.13:
 
 ``mha_in_projection`` (TorchScript exporter)
     ``F._in_projection_packed`` splits the packed q/k/v projection with
@@ -41,9 +41,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .. import flags
-from ..registry import Patch, register
-from ._static import static_ints
+from onnx_compat import versions
+
+from onnx_compat.patches import when
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._static import static_ints
 
 
 def in_projection_packed(wrapped, instance, args, kwargs):
@@ -123,14 +125,14 @@ def _torchscript_writes_sdpa() -> bool:
 _TORCHSCRIPT_SDPA = _torchscript_writes_sdpa()
 # The TorchScript exporter's SDPA gives eager's zeros for a fully masked row of a bool mask from this release
 # on (make test-matrix: torch 2.8's gives NaN in ONNX Runtime; releases between are untested, so patched)
-_TORCHSCRIPT_MASKED_ROWS = flags.torch_at_least("2.13")
+_TORCHSCRIPT_MASKED_ROWS = versions.torch_at_least("2.13")
 
 
 def sdpa_wrapper(wrapped, instance, args, kwargs):
     b = _bind_sdpa(args, kwargs)
     if b is None or (b["is_causal"] and b["attn_mask"] is not None):
         return wrapped(*args, **kwargs)  # let PyTorch raise its own error
-    if flags.torchscript_exporting() and not b["enable_gqa"] and _TORCHSCRIPT_SDPA and (
+    if when.torchscript_exporting() and not b["enable_gqa"] and _TORCHSCRIPT_SDPA and (
             _TORCHSCRIPT_MASKED_ROWS or b["attn_mask"] is None or b["attn_mask"].dtype != torch.bool):
         return wrapped(*args, **kwargs)  # the TorchScript exporter's own SDPA is right; keep its graph
     return math_attention(**b)

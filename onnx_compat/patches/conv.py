@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from ..padding import as_tuple, f_pad_arg, is_symmetric, same_pads, symmetric_padding
-from ..registry import Patch, register
-from ._static import static_ints
+from onnx_compat.patches._padding import as_tuple, f_pad_arg, is_symmetric, same_pads, symmetric_padding
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._static import static_ints
 
 _PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 _DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}

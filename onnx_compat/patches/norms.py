@@ -1,4 +1,4 @@
-"""Normalisations the TorchScript exporter cannot write (export facts §3, row 9).
+"""Normalisations the TorchScript exporter cannot write (measured on torch 2.13).
 
 ``rms_norm``
     ``F.rms_norm`` / ``nn.RMSNorm``: "Exporting the operator 'aten::rms_norm'
@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..registry import Patch, register
-from ._calls import tensor_call
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 

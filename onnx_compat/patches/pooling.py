@@ -5,7 +5,7 @@ Adaptive pooling splits a length ``L`` into ``out`` bins, bin ``i`` spanning
 TorchScript exporter needs ``L`` as a constant ("input size not accessible")
 and fails; the dynamo exporter writes the example's bin indices as constants,
 so ONNX Runtime fails at a longer input (Gather out of range) or, silently, is
-wrong at any other length (export facts §3, row 6).
+wrong at any other length.
 
 Here the bins are computed in the graph from the runtime length: a ``[out,
 L]`` 0/1 membership mask, then a matmul with the mask normalised per bin
@@ -21,8 +21,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..registry import Patch, register
-from ._calls import tensor_call
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 _NAME = re.compile(r"adaptive_(avg|max)_pool([123])d")
 

@@ -35,10 +35,12 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from .. import flags
-from ..exporters import EXPORT_PARAMS
-from ..registry import Patch, register
-from ._lstm_projection import lstm_projected
+from onnx_compat import versions
+
+from onnx_compat.patches import when
+from onnx_compat.pipeline.capture import EXPORT_PARAMS
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._lstm_projection import lstm_projected
 
 _MODES = {"LSTM": torch._VF.lstm, "GRU": torch._VF.gru}
 
@@ -74,7 +76,7 @@ _DYNAMO_DEFAULT = EXPORT_PARAMS["dynamo"].default if "dynamo" in EXPORT_PARAMS e
 # dynamic T by itself (make test-matrix: 2.14.1 still bakes T). Packed input and proj_size still need the patch.
 DYNAMO_WRITES_RNN = "2.15"
 # torch.library.custom_op (torch >= 2.4) and the translation table of the dynamo exporter onnx_compat uses.
-SUPPORTED = flags.HAS_DYNAMO and hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
+SUPPORTED = versions.HAS_DYNAMO and hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
 _custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
 
 
@@ -149,21 +151,21 @@ def rnn_forward(wrapped, instance, args, kwargs):
     """``LSTM.forward``/``GRU.forward`` through the custom op."""
     mode = "LSTM" if isinstance(instance, torch.nn.LSTM) else "GRU"
     projected = getattr(instance, "proj_size", 0) > 0
-    if not projected and not flags.dynamo_exporting():
-        if not flags.torch_at_least(TORCHSCRIPT_PACKED_BATCH):
+    if not projected and not when.dynamo_exporting():
+        if not versions.torch_at_least(TORCHSCRIPT_PACKED_BATCH):
             return _packed_initial_state(wrapped, args, kwargs, instance)
         return wrapped(*args, **kwargs)  # the TorchScript exporter writes LSTM/GRU right itself
     bound = _bind(wrapped, args, kwargs)
     data, hx = bound.get("input"), bound.get("hx")
     name = f"{mode}({instance.input_size}, {instance.hidden_size})"
     if isinstance(data, PackedSequence):
-        if projected and flags.torchscript_exporting():
+        if projected and when.torchscript_exporting():
             return _projected_packed(instance, data, hx)
         if projected:
             _refuse(f"onnx_compat: {name} with proj_size={instance.proj_size} over a PackedSequence packed by "
                     "other means than pack_padded_sequence cannot export")
         return wrapped(*args, **kwargs)  # packed by other means than pack_padded_sequence
-    if not projected and not isinstance(data, Padded) and flags.torch_at_least(DYNAMO_WRITES_RNN):
+    if not projected and not isinstance(data, Padded) and versions.torch_at_least(DYNAMO_WRITES_RNN):
         return wrapped(*args, **kwargs)  # this torch's dynamo exporter keeps T dynamic itself
     lengths = None
     if isinstance(data, Padded):
@@ -229,7 +231,7 @@ def pad_packed(wrapped, instance, args, kwargs):
 
 def translations() -> dict:
     """Our custom ops -> their ONNX translations (onnxscript imported on use)."""
-    from .. import rnn_onnx
+    from onnx_compat.patches import _rnn_onnx as rnn_onnx
     return {torch.ops.onnx_compat.rnn.default: rnn_onnx.rnn,
             torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed}
 
@@ -266,7 +268,7 @@ register(Patch(
     wrapper=_with_translations,
     when="always",
     aliases=False,
-    min_torch=flags.DYNAMO_SINCE,
+    min_torch=versions.DYNAMO_SINCE,
 ))
 register(Patch(
     name="rnn_dynamic_time",
@@ -287,5 +289,5 @@ register(Patch(
     wrapper=packing,
     when="dynamo",
     requires=("rnn_dynamic_time",),
-    min_torch=flags.DYNAMO_SINCE,
+    min_torch=versions.DYNAMO_SINCE,
 ))

@@ -24,9 +24,11 @@ import math
 
 import torch
 
-from .. import flags
-from ..registry import Patch, register
-from ._calls import tensor_call
+
+
+from onnx_compat.patches import when
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 _PARAMS = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
 _DEFAULTS = {"size": None, "scale_factor": None, "mode": "nearest", "align_corners": None,
@@ -100,7 +102,7 @@ def _interpolate(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     if (b["size"] is None) == (b["scale_factor"] is None):
         return wrapped(*args, **kwargs)  # PyTorch's own error
-    if flags.dynamo_exporting() and b["scale_factor"] is None:
+    if when.dynamo_exporting() and b["scale_factor"] is None:
         return wrapped(*args, **kwargs)  # Resize with sizes is right here
     return antialias_resize(x, b["size"], b["scale_factor"], b["mode"], bool(b["recompute_scale_factor"]))
 

@@ -10,7 +10,7 @@ each sequence is padded to the longest (a ``max`` computed in the graph) with
 ``F.pad`` and the results are stacked: the same values, padding and layout.
 
 The list itself is Python: its length (the batch, when the model loops over
-it) is fixed at export time. See the README's limits.
+it) is fixed at export time. See docs/models.md, Limits.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from ..registry import Patch, register
-from ._calls import tensor_call
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 _PARAMS = ("sequences", "batch_first", "padding_value", "padding_side")
 _DEFAULTS = {"batch_first": False, "padding_value": 0.0, "padding_side": "right"}

@@ -28,11 +28,11 @@ import warnings
 
 import torch
 
-from ..registry import Patch, register
-from . import _dft
-from ._calls import tensor_call
-from ._complex import ComplexPair, SpectralError, _name, _parts, mul, op, unsupported
-from ._static import static_ints
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches import _dft
+from onnx_compat.patches._calls import tensor_call
+from onnx_compat.patches._complex import ComplexPair, SpectralError, _name, _parts, mul, op, unsupported
+from onnx_compat.patches._static import static_ints
 
 __all__ = ["ComplexPair", "SpectralError"]
 

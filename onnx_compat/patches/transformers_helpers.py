@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..registry import Patch, register
+from onnx_compat.patches.registry import Patch, register
 
 
 def _tf_pad_along(size, kernel: int, stride: int):

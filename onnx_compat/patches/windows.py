@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import Patch, register
-from ._calls import tensor_call
+from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches._calls import tensor_call
 
 
 def unfold(x: torch.Tensor, dimension: int, size: int, step: int) -> torch.Tensor:

@@ -1,0 +1,73 @@
+"""OpenVINO (CPU, f32) against ONNX Runtime, and what the OpenVINO graph fixes cost ONNX Runtime.
+
+Side by side in one run, one thread each, median of repeated calls, as ratios:
+for the bundled Conformer (base, 12 x 256) and BLSTM exported with TorchScript,
+(1) ONNX Runtime on the graph after ``fix_for_openvino`` / before it (the LSTM
+rewrite runs each direction without ``sequence_lens``), and (2) OpenVINO /
+ONNX Runtime on the fixed graph. ``python benchmarks/openvino_latency.py``.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnx_compat import export
+from onnx_compat.models import blstm, conformer
+from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
+from onnx_compat.runtimes.openvino import openvino_runtime
+
+RUNS = 20
+
+
+def median_seconds(fn, runs: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _ort(path):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def measure(name, job, batch, steps, folder):
+    raw = os.path.join(folder, f"{name}.onnx")
+    export(job["model"], raw, job["inputs"], job["outputs"], exporter="torchscript", verify=False)
+    proto = onnx.load(raw)
+    changes, _ = fix_for_openvino(proto)
+    fixed = raw.replace(".onnx", "_ov.onnx")
+    onnx.save(proto, fixed)
+    features = job["inputs"][0].dims[2]
+    rng = np.random.default_rng(0)
+    feeds = {"data": rng.standard_normal((batch, steps, features)).astype(np.float32),
+             "data:size1": np.linspace(steps, steps // 2, batch).astype(np.int32)}
+    before, after = _ort(raw), _ort(fixed)
+    t_before = median_seconds(lambda: before.run(None, feeds), RUNS)
+    t_after = median_seconds(lambda: after.run(None, feeds), RUNS)
+    openvino = openvino_runtime()
+    t_ov = median_seconds(lambda: openvino.run(fixed, feeds), RUNS)
+    print(f"{name:10s} B={batch} T={steps}: {len(changes)} rewrites; ONNX Runtime fixed/raw {t_after / t_before:.2f} "
+          f"({t_after * 1e3:.1f} / {t_before * 1e3:.1f} ms); OpenVINO f32 / ONNX Runtime {t_ov / t_after:.2f} "
+          f"({t_ov * 1e3:.1f} ms)")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as folder:
+        measure("conformer", conformer.base(), 1, 500, folder)
+        measure("blstm", blstm.build(features=40, hidden=256, layers=3, classes=500), 4, 300, folder)
+
+
+if __name__ == "__main__":
+    main()

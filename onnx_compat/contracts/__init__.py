@@ -1,0 +1,51 @@
+"""Consumer contracts: what a runtime that loads our models assumes, checked and written at export time.
+
+``export(..., contract="sherpa-onnx/nemo-ctc", vocabulary=[...])`` calls
+``check_specs`` before exporting and ``apply_contract`` before writing; see
+``docs/consumers.md``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from .base import Applied, Contract, ContractError, Finding
+from .rasr_contract import RASR
+from .consumers import ConsumerMismatch
+from .sherpa_onnx import NEMO_CTC, SPEAKER_EMBEDDING
+
+CONTRACTS = (RASR, NEMO_CTC, SPEAKER_EMBEDDING)
+
+
+def get_contract(name: str) -> Contract:
+    for contract in CONTRACTS:
+        if contract.name == name:
+            return contract
+    raise ValueError(f"unknown contract {name!r}; choose from {[c.name for c in CONTRACTS]}")
+
+
+def check_specs(name: str, inputs, outputs) -> Contract:
+    """Before exporting: the declared specs can satisfy the contract (else one ``ContractError``)."""
+    contract = get_contract(name)
+    found = contract.check_specs(inputs, outputs)
+    if found:
+        raise ContractError(contract.name, found)
+    return contract
+
+
+def apply_contract(name: str, proto, inputs, outputs, *, vocabulary: Optional[Sequence[str]] = None,
+                   metadata: Optional[Mapping[str, str]] = None, options: Optional[Mapping[str, object]] = None) -> Applied:
+    """Before writing: check the graph against the contract, then set the contract's metadata on ``proto``.
+
+    ``metadata``: the user's values (they win over derived ones and are checked like them). Returns the
+    ``Applied`` contract (``files`` to write beside the model, ``notes``, ``to_dict()`` for the report,
+    ``verify_in_consumer``); raises ``ContractError`` listing every finding, with ``proto`` unchanged.
+    """
+    from ._deps import set_metadata
+    contract = check_specs(name, inputs, outputs)
+    applied = contract.check(proto, vocabulary, metadata, options)
+    set_metadata(proto, applied.metadata)
+    return applied
+
+
+__all__ = ["CONTRACTS", "Applied", "Contract", "ContractError", "ConsumerMismatch", "Finding", "apply_contract",
+           "check_specs", "get_contract"]

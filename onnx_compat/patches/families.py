@@ -1,0 +1,16 @@
+"""The default set of patch families, assembled in one place: importing this module registers each.
+
+The registry imports it on first use, so ``import onnx_compat`` stays cheap and a
+family's own imports (third-party helpers) happen only when patches are wanted.
+"""
+from onnx_compat.patches import conv  # noqa: F401
+from onnx_compat.patches import attention  # noqa: F401
+from onnx_compat.patches import recurrent  # noqa: F401
+from onnx_compat.patches import arithmetic  # noqa: F401
+from onnx_compat.patches import norms  # noqa: F401
+from onnx_compat.patches import windows  # noqa: F401
+from onnx_compat.patches import pooling  # noqa: F401
+from onnx_compat.patches import resize  # noqa: F401
+from onnx_compat.patches import sequences  # noqa: F401
+from onnx_compat.patches import transformers_helpers  # noqa: F401
+from onnx_compat.patches import spectral  # noqa: F401

@@ -1,0 +1,102 @@
+"""The export pipeline: ``export()``, read as the sequence of its stages.
+
+request (every argument checked once, ``request.py``) -> the model run once on
+the example (``subject.py``) -> for each capture strategy in turn
+(``capture.py``): capture under the patches, repair and fit to the target,
+dims, cleanup, verification against the unpatched eager model
+(``stages.attempt``) -> the used attempt's findings, metadata and RASR
+(``stages.conclude``) -> atomic write (``stages.write``) -> the ``Report``.
+Nothing is written unless every stage passed, and the model is left as it was.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import torch
+
+from onnx_compat.errors import ExportError
+from onnx_compat.model_state import preserved
+from onnx_compat.pipeline import stages
+from onnx_compat.pipeline.report import Attempt, Report
+from onnx_compat.pipeline.request import ExportRequest, build_request
+from onnx_compat.pipeline.weights import folder_for
+
+__all__ = ["export", "ExportError", "Report"]
+
+
+def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str = "auto",
+           sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
+           strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
+           opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
+           cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=(),
+           external_data: Optional[bool] = None, progress: Optional[Callable[[str], None]] = None,
+           contract: Optional[str] = None, vocabulary: Optional[Sequence[str]] = None,
+           quantize: Optional[str] = None, quantize_options: Optional[Mapping[str, object]] = None) -> Report:
+    """Export ``model`` to ``path`` and prove it; return the ``Report``.
+
+    ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
+    "dynamo", "torchscript" or "auto" (dynamo first, TorchScript when dynamo
+    fails to export or to verify). ``sizes`` overrides the example size of
+    named dims. ``strict``: baked-constant TracerWarnings and degenerate
+    outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
+    requires RASR's rules to hold. ``patches``: options for ``patched()``.
+    ``cleanup``: clean the graph with ONNX Runtime's basic offline optimiser, then
+    verify the result (default: TorchScript exports, and dynamo exports holding
+    LSTM/GRU nodes; dynamo optimizes the rest of its graphs itself). ``examples``:
+    real inputs ``[{onnx_name: tensor}, ...]``; the first is the export example
+    unless ``sizes`` is given, and every one is verified besides the generated
+    shapes. ``target``: the ONNX Runtime release the model must load in
+    (``"onnxruntime==1.16"``): the newest opset it implements that the exporter
+    writes, and its IR version (``releases.py``). ``runtimes``: other ONNX
+    Runtimes to verify in as well (``verify``'s argument). ``external_data``: the
+    weights in ``<path>.data`` beside the graph (default: from 1 GiB of weights
+    on; past 2 GB it is a must); it also lowers the export's peak memory.
+    ``progress``: called with the name of each stage as it starts (the CLI shows them on a terminal).
+    ``contract``: a consumer's contract (``"sherpa-onnx/nemo-ctc"``, ``"rasr"``, ... see
+    ``contracts/``): checked against the specs before exporting and against the graph before writing,
+    its metadata and files (``tokens.txt`` from ``vocabulary``) written, and with ``verify`` the model
+    run inside that consumer. ``quantize``: ``"int8-dynamic"``, ``"int8-static"``, ``"fp16"``, ... (see
+    ``quantization/``): once the float model is proven, the approximate model verified with measures
+    that fit it is written at ``path`` and the float model beside it (``model.float.onnx``);
+    ``quantize_options``: its measures, thresholds and exclusion limit.
+    """
+    t_start = time.perf_counter()
+    request = build_request(model, path, inputs, outputs, exporter=exporter, sizes=sizes, examples=examples,
+                            seed=seed, target=target, opset=opset, runtimes=runtimes, external_data=external_data,
+                            metadata=metadata, verify=verify, atol=atol, rtol=rtol, strict=strict, rasr=rasr,
+                            patches=patches, cleanup=cleanup, progress=progress, contract=contract,
+                            vocabulary=vocabulary, quantize=quantize, quantize_options=dict(quantize_options or {}))
+    report = Report(path=request.path, target=str(request.target) if request.target else None)
+    with folder_for(request.path, request.spill) as spill, preserved(model):
+        request.tell("checking the model's outputs")
+        request.subject.check_outputs()
+        used = _first_verified(request, report, spill)
+        stages.conclude(request, report, used)
+        stages.write(request, report, used, spill)
+    report.timings["total"] = time.perf_counter() - t_start
+    return report
+
+
+def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Graph:
+    """Each capture strategy in turn until one gives a verified graph; every attempt is on the report."""
+    culprits = []
+    for strategy in request.strategies:
+        t0, record = time.perf_counter(), Attempt(strategy.name, False)
+        try:
+            used = stages.attempt(strategy, request, spill, record)
+        except Exception as exc:
+            found = stages.failed(exc, record, request, time.perf_counter() - t0)
+            report.attempts.append(record)
+            culprits += [found] if found else []
+            if request.exporter != "auto":
+                raise ExportError(f"{strategy.name} export failed: {record.error}" +
+                                  (f"\n{record.culprit}" if record.culprit else ""), attempts=report.attempts,
+                                  culprits=culprits, stage=getattr(exc, "stage", None)) from exc
+            continue
+        report.attempts.append(used.attempt)
+        return used
+    raise ExportError("no exporter produced a verified model" + stages.only_torchscript() + ": " +
+                      "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
+                      "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit),
+                      attempts=report.attempts, culprits=culprits)

@@ -1,0 +1,280 @@
+"""Capture: run one exporter on a model whose I/O is already flat (``adapter.py``).
+
+The exporters are strategies (``STRATEGIES``), each a small object whose
+``capture`` returns the graph, as torch's own exporter tries its capture
+strategies in turn: ``exporter="auto"`` is an iteration over that tuple.
+Every exporter runs under ``patched()`` with the warnings it raises captured
+for the report instead of printed. A failure is one ``CaptureError`` raised
+from the exporter's own error, carrying its warnings and where it happened.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+import onnx
+import torch
+
+from onnx_compat import versions
+from onnx_compat.errors import CaptureError, DimSpecialized
+from onnx_compat.graph import all_nodes
+from onnx_compat.patches.registry import patched
+from onnx_compat.pipeline import dims, failure_site
+from onnx_compat.pipeline.weights import WeightsFolder
+from onnx_compat.spec import TensorSpec
+
+EXPORT_PARAMS = versions.EXPORT_PARAMS
+HAS_DYNAMO = versions.HAS_DYNAMO
+_TORCHSCRIPT = {"dynamo": False} if "dynamo" in EXPORT_PARAMS else {}  # torch.onnx.export's flag for it
+wanted_dynamic = dims.wanted_dynamic  # noqa: F401 - where callers have found it
+
+# TracerWarnings whose cause is a value frozen into the graph.
+_BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"
+                    r"torch\.tensor results are registered as constants|might cause the trace to be incorrect")
+# Noise every export raises; nothing the user can act on.
+_NOISE = re.compile(r"legacy TorchScript-based ONNX export|Constant folding - Only steps=1|"
+                    r"LeafSpec|torchvision is not installed|Exporting a model while it is in training mode|"
+                    r"Using padding='same' with even kernel|create_rename_mapping")
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _noise(record: warnings.WarningMessage) -> bool:
+    """Exporter chatter, and torch's own deprecation notices (a user's deprecations are kept)."""
+    if _NOISE.search(str(record.message)):
+        return True
+    return issubclass(record.category, (DeprecationWarning, FutureWarning)) and \
+        os.path.abspath(record.filename or "").startswith(_TORCH_DIR)
+
+
+@dataclass
+class Captured:
+    """Warnings raised during one export, sorted by what they mean."""
+
+    baked: List[str] = field(default_factory=list)
+    other: List[str] = field(default_factory=list)
+    # how torch.onnx.export(dynamo=True) obtained the graph: each capture strategy it tried, in order
+    capture: List[str] = field(default_factory=list)
+    # the exporter's output as bytes, when it gave bytes (TorchScript, in memory): ONNX Runtime can load
+    # these instead of a re-serialised proto (78 MB for the 12 x 256 Conformer: 0.16 s)
+    serialized: Optional[bytes] = field(default=None, repr=False)
+
+    def add(self, record: warnings.WarningMessage) -> None:
+        text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"
+        if issubclass(record.category, torch.jit.TracerWarning) and _BAKED.search(str(record.message)):
+            if text not in self.baked:
+                self.baked.append(text)
+        elif not _noise(record) and text not in self.other:
+            self.other.append(text)
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    """The dynamo exporter logs every optional op set it skips (torchvision's, say)."""
+    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@dataclass
+class Request:
+    """What one capture needs: the flat model, its example, its specs, and how to export."""
+
+    model: torch.nn.Module
+    args: Tuple[torch.Tensor, ...]
+    inputs: Sequence[TensorSpec]
+    outputs: Sequence[TensorSpec]
+    opset: Optional[int] = None
+    fold: bool = True  # TorchScript: fold constants itself (off when ONNX Runtime's cleanup follows)
+    weights: Optional[WeightsFolder] = None  # the graph comes back without weights, which stay in a file there
+    let_dims_specialize: bool = False  # dynamo: Dim.AUTO, for the diagnosis to find where a dim became static
+
+
+class TorchScript:
+    """``torch.onnx.export(dynamo=False)``: traces with ``torch.jit``; fast, but bakes Python numbers."""
+
+    name = "torchscript"
+
+    def unavailable(self) -> Optional[str]:
+        return None
+
+    def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
+        axes = dims.wanted_dynamic(list(request.inputs) + list(request.outputs))
+        # In memory unless the weights need a file (no file written and read back: 0.1 s on the 12 x 256 Conformer)
+        target = io.BytesIO() if request.weights is None else request.weights.step_path(self.name)
+        torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
+                          output_names=dims.onnx_names(request.outputs),
+                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,
+                          do_constant_folding=request.fold, **_TORCHSCRIPT)
+        if request.weights is not None:
+            return request.weights.adopt(target, self.name)
+        captured.serialized = target.getvalue()
+        return onnx.load_from_string(captured.serialized)
+
+    def locate(self, exc: BaseException, request: Request) -> dict:
+        return {"scope": failure_site.torchscript_scope(exc, request.model, request.args)}
+
+
+class Dynamo:
+    """``torch.onnx.export(dynamo=True)``: torch.export, then translation; symbolic sizes, slower."""
+
+    name = "dynamo"
+
+    def unavailable(self) -> Optional[str]:
+        return None if HAS_DYNAMO else versions.NO_DYNAMO
+
+    def _shapes(self, request: Request):
+        auto = getattr(getattr(torch.export, "Dim", None), "AUTO", None) if request.let_dims_specialize else None
+        torch_dim = dims.torch_dims(auto)
+        in_axes = dims.axes_of(request.inputs)
+        return (tuple({a: torch_dim(d) for a, d in in_axes[name].items()} or None
+                      for name in dims.onnx_names(request.inputs)),)
+
+    def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
+        names = dims.onnx_names(request.inputs)
+        progress = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(progress):
+                program = torch.onnx.export(request.model, request.args, dynamo=True,
+                                            dynamic_shapes=self._shapes(request), opset_version=request.opset,
+                                            input_names=names, output_names=dims.onnx_names(request.outputs),
+                                            verbose=True)
+        except Exception as exc:
+            static = dims.static_dims(exc, names, dims.axes_of(request.inputs))
+            if static:
+                raise DimSpecialized(static) from exc
+            raise
+        finally:
+            captured.capture = _strategies(progress.getvalue())
+        if request.weights is None:
+            proto = program.model_proto
+        else:  # never the whole proto in memory: written with its weights beside it, read back without them
+            written = request.weights.step_path(self.name)
+            program.save(written, external_data=True)
+            proto = request.weights.adopt(written, self.name)
+        _restore_input_names(proto, names)
+        dims.name_dims(proto, request.inputs, request.outputs)
+        return proto
+
+    def locate(self, exc: BaseException, request: Request) -> dict:
+        return {"node": failure_site.dynamo_node(exc, request.model, request.args, self._shapes(request))}
+
+
+STRATEGIES = (Dynamo(), TorchScript())  # the order ``auto`` tries them in
+EXPORTERS = tuple(s.name for s in STRATEGIES)
+
+
+def strategy(name: str):
+    """The capture strategy called ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+    for s in STRATEGIES:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown exporter {name!r}; choose from {EXPORTERS + ('auto',)}")
+
+
+def strategies_for(choice: str) -> Tuple:
+    """``auto``: every strategy this torch can use, in order; else the one named."""
+    if choice == "auto":
+        return tuple(s for s in STRATEGIES if s.unavailable() is None)
+    return (strategy(choice),)
+
+
+def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec], opset: Optional[int] = None,
+        patch_options: Optional[dict] = None, let_dims_specialize: bool = False,
+        fold: bool = True, weights: Optional[WeightsFolder] = None) -> Tuple[onnx.ModelProto, Captured]:
+    """Export ``model(*args)`` with ``exporter`` under the patches; the graph and what was captured.
+
+    ``fold=False``: the TorchScript exporter leaves constant folding to the cleanup that follows
+    (ONNX Runtime folds the same subgraphs in C++). ``weights``: models past protobuf's 2 GB
+    (``weights.py``). ``let_dims_specialize``: dynamo may make a dynamic dim static (``Dim.AUTO``)
+    instead of failing, for the diagnosis. A failure is a ``CaptureError`` (fields: the exporter,
+    the one-line cause, the warnings, where it happened) raised from the exporter's own error.
+    """
+    chosen = strategy(exporter)
+    why_not = chosen.unavailable()
+    if why_not:
+        raise RuntimeError(why_not)
+    request = Request(model, tuple(args), inputs, outputs, opset, fold, weights, let_dims_specialize)
+    captured = Captured()
+    records: List[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
+            warnings.simplefilter("always")
+            with patched(**(patch_options or {})):
+                try:
+                    proto = chosen.capture(request, captured)
+                except Exception as exc:  # located while the same patches act
+                    where = chosen.locate(exc, request)
+                    raise CaptureError(chosen.name, error_line(exc), captured, **where) from exc
+    finally:
+        for record in records:
+            captured.add(record)
+    return proto, captured
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _wrapper_classes() -> Tuple[type, ...]:
+    """The exporters' generic errors that wrap the real one (``raise ... from``), where this torch has them."""
+    found = [getattr(getattr(torch.onnx, "errors", None), "OnnxExporterError", None)]
+    try:
+        from torch.onnx._internal.exporter import _errors
+        found += [getattr(_errors, "TorchExportError", None), getattr(_errors, "ConversionError", None)]
+    except ImportError:
+        pass
+    return tuple(c for c in found if isinstance(c, type))
+
+
+_WRAPPERS = _wrapper_classes()
+
+
+def error_line(exc: BaseException) -> str:
+    """The root cause in one line: exporters wrap the real error in a generic one
+    whose message starts with a banner; the cause is the ``<class 'X'>: ...`` line."""
+    if isinstance(exc, CaptureError):
+        return exc.line
+    while exc.__cause__ is not None and type(exc) in _WRAPPERS:
+        exc = exc.__cause__
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("<class '") and "'>: " in line:
+            kind, _, message = line.partition("'>: ")
+            return f"{kind[len('<class '):].split('.')[-1]}: {message}"
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+# torch.onnx's progress lines (verbose=True, 2.13): one per capture strategy, then its outcome
+_STRATEGY = re.compile(r"with `([^`]+)`\.\.\. (\u2705|\u274c)")
+
+
+def _strategies(text: str) -> List[str]:
+    return [f"{how}: {'ok' if mark == chr(0x2705) else 'failed'}" for how, mark in _STRATEGY.findall(text)]
+
+
+def _restore_input_names(proto: onnx.ModelProto, names: Sequence[str]) -> None:
+    """torch 2.8's dynamo exporter names an input that the model returns unchanged (lengths passed
+    through) after the output: the input gets its declared name back, the output an Identity of it."""
+    taken = {v.name for v in proto.graph.input}
+    for value, want in zip(proto.graph.input, names):
+        have = value.name
+        if have == want or want in taken:
+            continue
+        value.name = want
+        for node in all_nodes(proto):
+            for i, name in enumerate(node.input):
+                if name == have:
+                    node.input[i] = want
+        if any(o.name == have for o in proto.graph.output):
+            proto.graph.node.insert(0, onnx.helper.make_node("Identity", [want], [have], name=f"{have}_passthrough"))

@@ -1,0 +1,73 @@
+"""Files the pipeline writes: checked before the export, written whole or not at all.
+
+A failed export must leave no partial ``.onnx`` behind and a previous model
+intact, so every write goes to a temporary file beside the target that is
+renamed into place last.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import Callable, Optional
+
+import onnx
+
+
+def check_writable(path: str) -> str:
+    """The absolute target path; a clear error now rather than after a long export."""
+    path = os.path.abspath(os.fspath(path))
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise ValueError(f"cannot write the ONNX model to {path!r}: it is a directory")
+    if not os.path.isdir(folder):
+        raise ValueError(f"cannot write the ONNX model to {path!r}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write the ONNX model to {path!r}: folder {folder!r} is not writable")
+    return path
+
+
+def check_room(path: str, needed: int) -> None:
+    """A folder with less free space than the weights cannot hold the model: say so before exporting."""
+    folder = os.path.dirname(path)
+    stats = os.statvfs(folder)
+    free = stats.f_bavail * stats.f_frsize
+    if needed > free:
+        raise ValueError(f"cannot write the ONNX model to {path!r}: its weights need {needed / 2**20:.1f} MiB "
+                         f"and folder {folder!r} has {free / 2**20:.1f} MiB free")
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back at once: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str) -> None:
+    """Give a file the mode a plain ``open(path, "w")`` would have: ``mkstemp`` makes it 0600, which a
+    runtime or a RASR job running as another user cannot read."""
+    os.chmod(path, 0o666 & ~current_umask())
+
+
+def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[Callable[[], None]] = None) -> None:
+    """Write ``proto`` to a temporary file beside ``path``, then rename it into place.
+
+    ``before_rename``: a last step once the file is complete (moving its data file into place).
+    A write that fails (no room, say) is one ``OSError`` naming the path; nothing is left."""
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        try:
+            onnx.save(proto, tmp)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write the ONNX model to {path!r}: {exc.strerror or exc}") from exc
+        follow_umask(tmp)
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,144 @@
+"""What an export did, as a Python object and as JSON."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class Attempt:
+    exporter: str
+    ok: bool
+    error: Optional[str] = None
+    seconds: float = 0.0
+    warnings: Dict[str, List[str]] = field(default_factory=dict)  # the used attempt's are Report.warnings too
+    capture: List[str] = field(default_factory=list)  # dynamo: torch.onnx's capture strategies, in order
+    culprit: Optional[str] = None  # "culprit <module path> (<Class>): <what>" of a failed attempt
+    # what the attempt found on its way; the used attempt's become the report's own fields
+    repairs: List[str] = field(default_factory=list)
+    openvino: List[str] = field(default_factory=list)  # graph rewrites for OpenVINO (openvino_fixes.py)
+    nodes_before_cleanup: Optional[int] = None
+    timings: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    path: Optional[str] = None
+    exporter: Optional[str] = None
+    why: str = ""
+    attempts: List[Attempt] = field(default_factory=list)
+    opset: Dict[str, int] = field(default_factory=dict)
+    ir_version: Optional[int] = None
+    inputs: List[dict] = field(default_factory=list)
+    outputs: List[dict] = field(default_factory=list)
+    nodes: int = 0
+    nodes_before_cleanup: Optional[int] = None
+    ops: Dict[str, int] = field(default_factory=dict)
+    auto_pad: List[str] = field(default_factory=list)
+    findings: List[str] = field(default_factory=list)
+    repairs: List[str] = field(default_factory=list)
+    openvino: List[str] = field(default_factory=list)  # graph rewrites for OpenVINO (openvino_fixes.py)
+    verification: List[dict] = field(default_factory=list)
+    max_abs_err: Optional[float] = None
+    degenerate: List[str] = field(default_factory=list)
+    warnings: Dict[str, List[str]] = field(default_factory=lambda: {"baked": [], "other": []})
+    rasr: Optional[dict] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
+    external_data: Optional[str] = None  # the weights' file beside the model (past protobuf's 2 GB)
+    target: Optional[str] = None  # the ONNX Runtime release the model was made to load in
+    timings: Dict[str, float] = field(default_factory=dict)
+    contract: Optional[dict] = None  # the consumer contract that held, and what its consumers said
+    quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        return text
+
+    def summary(self) -> str:
+        """A few lines for a terminal."""
+        def io(values):
+            return ", ".join(f"{v['name']} {v['dtype']}{v['dims']}" for v in values)
+
+        lines = [
+            f"exporter    {self.exporter} ({self.why})",
+            f"written     {self.path}" + (f" (weights in {self.external_data} beside it)" if self.external_data else ""),
+            f"inputs      {io(self.inputs)}",
+            f"outputs     {io(self.outputs)}",
+            f"graph       {self.nodes} nodes"
+            + (f" ({self.nodes_before_cleanup} before cleanup)" if self.nodes_before_cleanup else "")
+            + f", opset {self.opset.get('ai.onnx')} (IR {self.ir_version}), auto_pad {len(self.auto_pad)}, "
+            f"top ops {dict(list(self.ops.items())[:5])}",
+        ]
+        for check in self.verification:
+            errs = ", ".join(f"{o['name']} {o['max_abs_err']:.2e}" for o in check["outputs"])
+            label = "example " if check.get("example") else "verified"
+            where = f" in {check['runtime']}" if check.get("runtime") else ""
+            lines.append(f"{label}    {check['sizes']}{where}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
+        for attempt in self.attempts:
+            if not attempt.ok:
+                lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")
+                if attempt.culprit:
+                    lines.append(f"            {attempt.culprit}")
+            elif len(attempt.capture) > 1:  # torch.onnx retried another way; say which one made the graph
+                lines.append(f"captured    {attempt.exporter}: " + "; then ".join(attempt.capture))
+        if self.target:
+            lines.append(f"target      {self.target}")
+        lines += [f"repaired    {r}" for r in self.repairs]
+        lines += [f"finding     {f}" for f in self.findings]
+        lines += self._baked_lines()
+        if self.degenerate:
+            lines.append(f"degenerate  {self.degenerate}")
+        if self.rasr is not None:
+            state = "ok, fits " + "/".join(self.rasr["roles"]) if self.rasr["ok"] else "; ".join(self.rasr["findings"])
+            lines.append(f"rasr        {state}")
+        lines += [f"openvino    {line}" for line in self.openvino]
+        lines += self._deployment_lines()
+        lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        return "\n".join(lines)
+
+    def verified_elsewhere(self) -> int:
+        """How many checks passed at sizes other than the export example (0 when any check failed)."""
+        if not self.verification or not all(c["ok"] for c in self.verification):
+            return 0
+        return sum(1 for c in self.verification if not c.get("example"))
+
+    def _baked_lines(self) -> List[str]:
+        """TracerWarnings that turned a tensor into a Python number, grouped by source line. Verified at
+        other shapes, they baked nothing that matters: one line says so instead of one line each."""
+        baked = self.warnings.get("baked", [])
+        if not baked:
+            return []
+        places = {}
+        for w in baked:
+            place = w.rsplit("(", 1)[-1].rstrip(")") if w.endswith(")") else w
+            places[place] = places.get(place, 0) + 1
+        listed = ", ".join(p + (f" x{k}" if k > 1 else "") for p, k in list(places.items())[:3])
+        listed += f" and {len(places) - 3} more" if len(places) > 3 else ""
+        checked = self.verified_elsewhere()
+        if checked:
+            return [f"tracer      {len(baked)} size-to-number warning(s) at {listed}: disproved, the graph verified "
+                    f"at {checked} other shape(s)"]
+        return [f"baked?      {w}" for w in baked]
+
+    def _deployment_lines(self) -> List[str]:
+        """The consumer contract and what its consumers said; the approximate model written instead."""
+        lines = []
+        if self.contract is not None:
+            checks = self.contract.get("consumer_checks") or []
+            said = "; ".join(f"{c.get('consumer')}: " + ("skipped, " + str(c["skipped"]) if c.get("ok") is None
+                                                         else "ok" if c.get("ok") else "FAILED") for c in checks)
+            files = ", ".join(self.contract.get("files") or [])
+            lines.append(f"contract    {self.contract['name']}" + (f" (wrote {files})" if files else "")
+                         + (f"; {said}" if said else ""))
+        if self.quantization is not None:
+            q = self.quantization
+            lines.append(f"quantized   {q.get('recipe')} -> {q.get('path')} (float model: {q.get('float_path')})")
+        return lines
+

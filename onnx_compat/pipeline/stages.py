@@ -1,0 +1,321 @@
+"""The stages of ``export()`` after the request: one exporter's attempt, and the conclusion.
+
+An attempt is capture -> repair and fit -> opset and dims checks -> cleanup
+-> verification, with everything it learns (warnings, repairs, node counts,
+timings, the culprit of a failure) kept on its own ``Attempt``; only the
+attempt that is used hands its state to the report. The conclusion writes
+metadata, checks RASR, summarises the graph and writes the file atomically.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import onnx
+import torch
+
+from onnx_compat import graph
+from onnx_compat._version import __version__
+from onnx_compat.contracts.rasr import check_rasr
+from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
+from onnx_compat.pipeline import capture, releases
+from onnx_compat.pipeline.files import write_atomically
+from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
+from onnx_compat.pipeline.report import Attempt, Report
+from onnx_compat.pipeline.request import ExportRequest
+from onnx_compat.pipeline.verification import reference_cases, verify as verify_model
+from onnx_compat.spec import TensorSpec
+
+
+@dataclass
+class Graph:
+    """A verified (or, with ``verify=False``, unverified) graph and its verification results."""
+
+    proto: onnx.ModelProto
+    results: Optional[list]
+    attempt: Attempt
+    applied: Optional[object] = None  # the consumer contract that held (``contracts.Applied``)
+
+
+def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
+    """One exporter, start to verified graph; what it learns goes on ``record`` as it goes, so a
+    failure half-way still reports the warnings and repairs seen before it."""
+    t0 = time.perf_counter()
+    subject = request.subject
+    asked = releases.opset_for(strategy.name, request.opset, request.target)
+    # cleanup follows a TorchScript export by default and folds constants in C++: the exporter's own
+    # folding pass would only do it first, more slowly (12 x 256 Conformer: 0.2 s)
+    fold = strategy.name != "torchscript" or request.cleanup is False
+    request.tell(f"capture ({strategy.name})")
+    proto, captured = capture.run(strategy.name, subject.adapter(), subject.args, subject.inputs, subject.outputs,
+                                  asked, request.patches, fold=fold, weights=spill)
+    record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
+    _check_opset(proto, asked, strategy.name)
+    proto, record.repairs = repair_int_types(proto)
+    record.openvino, kept = fix_for_openvino(proto)  # ONNX Runtime's outputs unchanged; OpenVINO's right
+    record.openvino += [f"left as it was: {k}" for k in kept]
+    record.repairs += [c for c in [releases.fit(proto, request.target)] if c]
+    if request.strict and captured.baked:
+        raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}",
+                          stage="strict")
+    check_dims(proto, subject.specs, "")
+    t1 = time.perf_counter()
+    record.timings[f"export_{strategy.name}"] = t1 - t0
+    # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
+    serialized = None if record.repairs or record.openvino else captured.serialized
+    if _wants_cleanup(request.cleanup, strategy.name, proto):
+        request.tell(f"cleanup and verification ({strategy.name})" if request.verify else f"cleanup ({strategy.name})")
+        proto, results = _cleaned(proto, record, request, spill, serialized)
+    else:
+        if request.verify:
+            request.tell(f"verification ({strategy.name})")
+        results = _verified(proto, request, spill, serialized=serialized) if request.verify else None
+        if request.verify:
+            record.timings["verify"] = time.perf_counter() - t1
+    record.ok, record.seconds = True, time.perf_counter() - t0
+    return Graph(proto, results, record)
+
+
+def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds: float) -> Optional[Culprit]:
+    """What a failed attempt leaves on its record: its error in one line, its warnings, its culprit
+    (returned too, for the ``ExportError``)."""
+    if isinstance(exc, CaptureError) and exc.warnings is not None:
+        record.warnings = {"baked": exc.warnings.baked, "other": exc.warnings.other}
+        record.capture = exc.warnings.capture
+    from onnx_compat.diagnosis.culprit import culprit  # the diagnosis layer reads the pipeline's modules
+    what = capture.error_line(exc)
+    record.error = what + (baked_hint(record.warnings.get("baked", ())) if _size_could_be_baked(exc) else "")
+    found = culprit(exc, request.model, what) or _diagnosed(exc, request, record.exporter)
+    record.culprit = found.line() if found else None
+    record.seconds = seconds
+    return found
+
+
+def _size_could_be_baked(exc: BaseException) -> bool:
+    """A size frozen by Python code shows as a wrong shape, length or run at other sizes, a static dim,
+    or a trace that fails on it; never as values that miss the tolerance with every shape right."""
+    if isinstance(exc, VerificationError):
+        return not exc.tolerance_only
+    if isinstance(exc, ExportError):
+        return exc.stage in ("dims", "cleanup") or (exc.__cause__ is not None and _size_could_be_baked(exc.__cause__))
+    return isinstance(exc, (CaptureError, DimSpecialized))
+
+
+_LOCATION = re.compile(r"\(([^()]+:\d+)\)$")
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def baked_hint(baked: Sequence[str]) -> str:
+    """Where the tracer turned a tensor into a Python number: the user's source line that baked a size
+    (a line of the user's code before one inside torch)."""
+    places: List[str] = []
+    for text in baked:
+        found = _LOCATION.search(text)
+        if found and found.group(1) not in places:
+            places.append(found.group(1))
+    if not places:
+        return ""
+    places.sort(key=lambda p: os.path.abspath(p).startswith(_TORCH_DIR))
+    more = f" and {len(places) - 1} more" if len(places) > 1 else ""
+    return (f" [a size was frozen into the graph by Python code at {places[0]}{more} (TracerWarning: "
+            "'Converting a tensor to a Python ...'); compute it with tensor ops there, or let the dynamo "
+            "exporter trace it]")
+
+
+def clean_graph(proto: onnx.ModelProto, weights=None, serialized: Optional[bytes] = None):
+    """The cleaned graph and the session that runs it (``cleanup.py``); a bare proto is accepted too."""
+    from onnx_compat.pipeline.cleanup import cleanup_with_session
+    return cleanup_with_session(proto, weights, serialized)
+
+
+def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) -> None:
+    """``opset=`` is a promise: the dynamo exporter writes 18 when asked for less and its version
+    conversion fails, with only a log line to say so."""
+    got = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
+    if opset is not None and got != opset:
+        raise ExportError(f"{exporter} wrote opset {got}, not the requested opset {opset}", stage="opset")
+
+
+def _diagnosed(exc, request: ExportRequest, exporter: str) -> Optional[Culprit]:
+    """Wrong numbers at new shapes: the module where they start (``diagnose``)."""
+    if not isinstance(exc, VerificationError):
+        return None
+    from onnx_compat.diagnosis import diagnose
+    try:
+        found = diagnose(request.subject, exporter=exporter, atol=request.atol, rtol=request.rtol,
+                         patches=request.patches)
+    except Exception:  # noqa: BLE001 - the verification error stays the error; the diagnosis only helps
+        return None
+    return found.culprit
+
+
+def _verified(proto, request: ExportRequest, weights=None, serialized=None, **kwargs):
+    """Verify the graph as it will be written: fitted to the target first (in place); a graph whose
+    weights are in a file is loaded from beside them; ``serialized``, the exporter's bytes of this
+    graph, are loaded as they are unless fitting changed it."""
+    if releases.fit(proto, request.target):
+        serialized = None
+    subject = request.subject
+    common = dict(atol=request.atol, rtol=request.rtol, runtimes=request.runtimes, example=subject.example,
+                  seed=subject.seed + 1, examples=subject.examples, **kwargs)
+    if weights is not None:
+        return verify_model(weights.save_graph(proto), subject.model, subject.inputs, subject.outputs, **common)
+    return verify_model(proto, subject.model, subject.inputs, subject.outputs, serialized=serialized, **common)
+
+
+def check_dims(proto, specs: Sequence[TensorSpec], stage: str) -> None:
+    problems = graph.static_where_dynamic(proto, capture.wanted_dynamic(specs))
+    if problems:
+        raise ExportError(stage + "; ".join(problems), stage="cleanup" if stage else "dims")
+
+
+def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProto) -> bool:
+    """Default: TorchScript exports, and dynamo exports with recurrent nodes (the gate
+    reordering of our LSTM/GRU translation folds away); dynamo optimizes the rest itself."""
+    if cleanup is not None:
+        return cleanup
+    return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
+
+
+def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, serialized=None):
+    """Cleanup, then the dims and (with ``verify``) the numbers of the result. ONNX Runtime cleans the graph
+    in a second thread while this one runs the eager model for the reference outputs. Verifying the
+    cleaned graph alone suffices; only when it fails is the raw export checked, to say whether the
+    export or the cleanup is at fault."""
+    t0 = time.perf_counter()
+    subject = request.subject
+    record.nodes_before_cleanup = len(proto.graph.node)
+    with ThreadPoolExecutor(1) as pool:
+        cleaning = pool.submit(clean_graph, proto, weights, serialized)
+        references = reference_cases(subject.model, subject.inputs, subject.outputs, example=subject.example,
+                                     seed=subject.seed + 1, examples=subject.examples) if request.verify else None
+        cleaned, sess = cleaning.result(), None
+    if isinstance(cleaned, tuple):
+        cleaned, sess = cleaned
+    if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
+        cleaned, sess = proto, None
+    check_dims(cleaned, subject.specs, "cleanup lost a dynamic dim: ")
+    t1 = time.perf_counter()
+    record.timings["cleanup"] = t1 - t0
+    if not request.verify:
+        return cleaned, None
+    try:  # the session that made the graph runs it
+        results = _verified(cleaned, request, weights, ort_session=sess, cases=references)
+    except VerificationError as exc:
+        _verified(proto, request, weights, cases=references)  # raises when the export itself is wrong
+        raise ExportError(f"cleanup changed the model's outputs: {exc}", stage="cleanup") from exc
+    record.timings["verify"] = time.perf_counter() - t1
+    return cleaned, results
+
+
+def metadata_entries(subject, exporter: str, user: Optional[Dict[str, str]]) -> Dict[str, str]:
+    entries = {
+        "onnx_compat.version": __version__,
+        "onnx_compat.exporter": exporter,
+        "onnx_compat.inputs": json.dumps([s.describe() for s in subject.inputs]),
+        "onnx_compat.outputs": json.dumps([s.describe() for s in subject.outputs]),
+        "torch.version": torch.__version__,
+        "onnx.version": onnx.__version__,
+    }
+    entries.update(dict(user or {}))
+    return entries
+
+
+def rasr_names(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> dict:
+    data, out = inputs[0], outputs[0]
+    return {"features": data.name, "features_size": data.onnx_names[1] if data.lengths else None,
+            "output": out.name}
+
+
+def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
+    """The used attempt's state and verification on the report; metadata and RASR on the graph."""
+    name, record = used.attempt.exporter, used.attempt
+    report.exporter = name
+    report.why = _why(request.exporter, name)
+    report.warnings = record.warnings or {"baked": [], "other": []}
+    report.repairs, report.nodes_before_cleanup = list(record.repairs), record.nodes_before_cleanup
+    report.openvino = list(record.openvino)
+    report.timings.update(record.timings)
+    for runtime in request.runtimes:  # OpenVINO keeps each call's latency
+        if getattr(runtime, "latencies", None):
+            report.timings[f"{runtime.name} median call"] = runtime.latency()["median_s"]
+    if used.results is not None:
+        report.verification = [r.to_dict() for r in used.results]
+        report.max_abs_err = max((o.max_abs_err for r in used.results for o in r.outputs), default=0.0)
+        report.degenerate = sorted({o.name for r in used.results for o in r.outputs if o.degenerate})
+        if request.strict and report.degenerate:
+            raise ExportError(f"strict: outputs {report.degenerate} are constant at the verified shapes; "
+                              "the comparison proves nothing", stage="strict")
+    subject = request.subject
+    graph.set_metadata(used.proto, metadata_entries(subject, name, request.metadata))
+    if request.rasr:
+        rasr_args = request.rasr if isinstance(request.rasr, dict) else rasr_names(subject.inputs, subject.outputs)
+        check = check_rasr(used.proto, **rasr_args)
+        report.rasr = check.to_dict()
+        if not check.ok:
+            raise ExportError("RASR would refuse this model: " + "; ".join(check.findings), stage="rasr")
+    if request.contract:
+        used.applied = _contracted(request, report, used.proto)
+    summary = graph.describe(used.proto)
+    for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
+        setattr(report, key, summary[key])
+
+
+def _contracted(request: ExportRequest, report: Report, proto: onnx.ModelProto):
+    """The consumer's contract on the graph (its metadata; its checks before writing), and with ``verify``
+    the model run inside the consumer itself."""
+    from onnx_compat.contracts import apply_contract
+    subject = request.subject
+    request.tell(f"contract {request.contract}")
+    applied = apply_contract(request.contract, proto, subject.inputs, subject.outputs,
+                             vocabulary=request.vocabulary, metadata=request.metadata)
+    if request.verify:
+        applied.verify_in_consumer(proto, subject.model, subject.inputs)
+    report.contract = applied.to_dict()
+    return applied
+
+
+def _why(choice: str, name: str) -> str:
+    if choice != "auto":
+        return "requested"
+    if name == "dynamo":
+        return "dynamo exported and verified"
+    return "fallback: dynamo did not export or verify" if capture.HAS_DYNAMO else "the only exporter" + only_torchscript()
+
+
+def only_torchscript() -> str:
+    from onnx_compat import versions
+    return "" if capture.HAS_DYNAMO else f" ({versions.NO_DYNAMO}: TorchScript only)"
+
+
+def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
+    """The graph (fitted to the target) into place atomically, its weights beside it when spilled; with
+    ``quantize`` the approximate model instead (the float one beside it), with a contract its files."""
+    request.tell("writing")
+    proto = used.proto
+    releases.fit(proto, request.target)  # a cleaned graph that was not verified is fitted here
+    if request.quantize:
+        _quantized(request, report, proto)
+    elif spill is None:
+        write_atomically(proto, request.path)
+    else:
+        spill.commit(proto)
+        report.external_data = os.path.basename(request.path) + ".data"
+    if used.applied is not None:
+        used.applied.write_files(os.path.dirname(request.path))
+
+
+def _quantized(request: ExportRequest, report: Report, proto: onnx.ModelProto) -> None:
+    from onnx_compat.quantization import finish_export
+    subject = request.subject
+    request.tell(f"quantization ({request.quantize})")
+    result = finish_export(proto, request.path, subject.model, subject.inputs, subject.outputs, report,
+                           recipe=request.quantize, examples=subject.examples or None,
+                           **dict(request.quantize_options))
+    report.quantization = result.to_dict()

@@ -1,0 +1,84 @@
+"""The model with its declared I/O and its example: built once, handed to every stage.
+
+``export``, ``verify``, ``diagnose`` and the vanilla baseline all start the
+same way: map the ONNX inputs onto the forward arguments, check the user's
+examples, pick the export example, and wrap the model so exporters see flat
+tensors. ``Subject.build`` does that once and checks everything it can before
+any export runs, so bad input is one error naming the culprit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from onnx_compat.errors import SpecError
+from onnx_compat.pipeline.adapter import IOAdapter, check_outputs, flatten
+from onnx_compat.spec import TensorSpec, check_examples, example_inputs, forward_arguments
+
+
+def as_specs(specs, what: str) -> List[TensorSpec]:
+    """One ``TensorSpec`` or a non-empty list of them, as a list."""
+    specs = [specs] if isinstance(specs, TensorSpec) else list(specs or ())
+    if not specs or not all(isinstance(s, TensorSpec) for s in specs):
+        raise TypeError(f"{what} must be a TensorSpec or a non-empty list of TensorSpec")
+    return specs
+
+
+@dataclass
+class Subject:
+    """``model`` seen through its specs: what is exported and what its ONNX model is compared with.
+
+    ``example``: the named dim sizes of the export example; ``args``: its tensors in ONNX order;
+    ``examples``: the user's examples, checked; ``pairs``: ``(onnx_name, forward_arg)`` per input.
+    """
+
+    model: torch.nn.Module
+    inputs: List[TensorSpec]
+    outputs: List[TensorSpec]
+    pairs: List[Tuple[str, Optional[str]]]
+    examples: List[Dict[str, torch.Tensor]]
+    example: Dict[str, int]
+    args: Tuple[torch.Tensor, ...]
+    seed: int = 0
+    sizes: Optional[Mapping[str, int]] = None
+    outputs_checked: bool = field(default=False, repr=False)
+
+    @classmethod
+    def build(cls, model: torch.nn.Module, inputs, outputs, *, examples=None,
+              sizes: Optional[Mapping[str, int]] = None, seed: int = 0) -> "Subject":
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        inputs, outputs = as_specs(inputs, "inputs"), as_specs(outputs, "outputs")
+        names = [n for s in inputs + outputs for n in s.onnx_names]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpecError(f"ONNX names must be unique; {dupes} appear more than once")
+        pairs = forward_arguments(model, inputs)
+        checked = check_examples(inputs, examples)
+        example, args = example_inputs(inputs, checked, sizes, seed)
+        return cls(model, inputs, outputs, pairs, checked, dict(example), tuple(args), seed, sizes)
+
+    def adapter(self) -> IOAdapter:
+        """The model with flat ONNX I/O, as exporters want it (its ``model`` is the user's)."""
+        return IOAdapter(self.model, self.pairs, self.outputs)
+
+    def check_outputs(self) -> None:
+        """Run the model once on the example: the outputs it returns must be the declared ones
+        (rank, dtype, static sizes, lengths); dims declared ``None`` are filled in from it."""
+        with torch.no_grad():
+            returned = flatten(self.adapter()(*self.args))
+        self.outputs = check_outputs(returned, self.outputs, self.example)
+        self.outputs_checked = True
+
+    @property
+    def specs(self) -> List[TensorSpec]:
+        return list(self.inputs) + list(self.outputs)
+
+
+def subject_of(model, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], **options) -> Subject:
+    """A ``Subject`` passed as it is, or built from the model and its specs."""
+    if isinstance(model, Subject):
+        return model
+    return Subject.build(model, inputs, outputs, **options)

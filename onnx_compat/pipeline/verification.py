@@ -1,0 +1,247 @@
+"""ONNX Runtime against the eager model at shapes the export never saw.
+
+The reference is the model's own eager forward, outside every patch: a wrong
+patch cannot check itself. Frames beyond each sequence's length are left out
+of the comparison (padding is free to differ); the lengths themselves must
+match exactly. An output that is all one value proves nothing and is flagged.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from onnx_compat.errors import Mismatch, VerificationError
+from onnx_compat.pipeline.adapter import IOAdapter, flatten
+from onnx_compat.runtimes import as_runtimes
+from onnx_compat.model_state import preserved
+from onnx_compat.spec import TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name, verification_sizes
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    ok: bool
+    degenerate: bool = False
+
+
+@dataclass
+class ShapeCheck:
+    sizes: Dict[str, int]
+    outputs: List[OutputCheck] = field(default_factory=list)
+    error: Optional[str] = None
+    failure: Optional[str] = None  # with ``error``: "run", "length" or "shape"
+    example: bool = False  # on a user example rather than generated inputs
+    runtime: Optional[str] = None  # None: this process's ONNX Runtime; else e.g. "onnxruntime 1.16.3 (Python: ...)"
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(o.ok for o in self.outputs)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def session(model: Union[str, os.PathLike, onnx.ModelProto, bytes], threads: int = 1,
+            prepack: bool = True) -> ort.InferenceSession:
+    """``prepack=False``: weights are not repacked for faster kernels (a session for a few checks: the
+    repacked copy of a 100 M-parameter model costs more time and memory than the runs it speeds up)."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 4  # failures are raised and reported by us, not logged twice
+    if not prepack:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+        model if isinstance(model, bytes) else os.fspath(model)
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def valid_mask(shape, lengths_by_axis: Mapping[int, np.ndarray]) -> np.ndarray:
+    """True where every length-carrying axis is within its sequence's length."""
+    mask = np.ones(shape, dtype=bool)
+    for axis, lengths in lengths_by_axis.items():
+        index_shape = [1] * len(shape)
+        index_shape[axis] = shape[axis]
+        positions = np.arange(shape[axis]).reshape(index_shape)
+        limit = np.asarray(lengths).reshape([-1] + [1] * (len(shape) - 1))
+        mask &= positions < limit
+    return mask
+
+
+def compare(got: np.ndarray, expected: np.ndarray, mask: np.ndarray, name: str, atol: float, rtol: float) -> OutputCheck:
+    g, e = got[mask].astype(np.float64), expected[mask].astype(np.float64)
+    if e.size == 0:
+        return OutputCheck(name, 0.0, 0.0, True, degenerate=True)
+    if not np.isfinite(g).all() or not np.isfinite(e).all():
+        same_nonfinite = np.array_equal(np.isfinite(g), np.isfinite(e))
+        finite = np.isfinite(e) & np.isfinite(g)
+        g, e = g[finite], e[finite]
+        if not same_nonfinite:
+            return OutputCheck(name, float("inf"), float("inf"), False)
+    diff = np.abs(g - e)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff / np.maximum(np.abs(e), 1e-12)).max()) if diff.size else 0.0
+    ok = bool(np.all(diff <= atol + rtol * np.abs(e)))
+    degenerate = bool(e.size > 1 and np.ptp(e) == 0) or bool(e.size and not np.any(e))
+    return OutputCheck(name, max_abs, max_rel, ok, degenerate)
+
+
+Runner = Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]  # feeds by name -> outputs by name
+
+
+def local_runner(sess: ort.InferenceSession) -> Runner:
+    names, wanted = [o.name for o in sess.get_outputs()], {i.name for i in sess.get_inputs()}
+    return lambda feeds: dict(zip(names, sess.run(None, {k: v for k, v in feeds.items() if k in wanted})))
+
+
+@dataclass
+class Case:
+    """One verification input and the eager model's outputs on it (the reference, computed once)."""
+
+    sizes: Dict[str, int]
+    feeds: Dict[str, torch.Tensor]
+    example: bool = False  # a user example rather than generated inputs
+    expected: List[np.ndarray] = field(default_factory=list)
+
+
+def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+                    sizes: Optional[List[Dict[str, int]]] = None, example: Optional[Mapping[str, int]] = None,
+                    seed: int = 1, examples=None) -> List[Case]:
+    """The inputs ``verify`` checks (three shapes around ``example``, B=1 first, then each user example)
+    with the unpatched eager model's outputs on them. Independent of the ONNX graph, so it can run while
+    ONNX Runtime loads or optimises it."""
+    checked = check_examples(inputs, examples)
+    if sizes is None:
+        sizes = verification_sizes(inputs, example or dim_sizes(inputs))
+    cases = [Case(dict(s), make_inputs(inputs, s, seed=seed + k)) for k, s in enumerate(sizes)]
+    cases += [Case(example_sizes(inputs, feeds), feeds, example=True) for feeds in checked]
+    with preserved(model), torch.no_grad():  # eval mode; flags, attributes and buffers as before afterwards
+        reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
+        for case in cases:
+            case.expected = [t.detach().cpu().numpy() for t in flatten(reference(*case.feeds.values()))]
+    return cases
+
+
+def check_at(run: Runner, case: Case, outputs: Sequence[TensorSpec], atol: float, rtol: float,
+             runtime: Optional[str] = None) -> ShapeCheck:
+    """ONNX Runtime (``run``) against the eager reference of ``case``."""
+    if isinstance(run, ort.InferenceSession):
+        run = local_runner(run)
+    result = ShapeCheck(dict(case.sizes), example=case.example, runtime=runtime)
+    sizes, expected = case.sizes, case.expected
+    try:
+        by_name = run({k: v.numpy() for k, v in case.feeds.items()})
+    except Exception as exc:
+        result.error = f"{runtime or 'ONNX Runtime'} run failed: {str(exc).splitlines()[0]}"
+        result.failure = "run"
+        return result
+    i = 0
+    for spec in outputs:
+        exp, ort_out = expected[i], by_name.get(spec.name)
+        lengths = {}
+        for k, axis in enumerate(spec.lengths):
+            lname = size_name(spec.name, axis)
+            exp_len, got_len = expected[i + 1 + k], by_name.get(lname)
+            if got_len is None or not np.array_equal(np.asarray(got_len), exp_len):
+                result.error = f"output {lname!r} differs: ONNX {None if got_len is None else got_len.tolist()}, eager {exp_len.tolist()}"
+                result.failure = "length"
+                return result
+            lengths[axis] = exp_len
+        if ort_out is None or ort_out.shape != exp.shape:
+            result.error = (f"output {spec.name!r} has shape {None if ort_out is None else list(ort_out.shape)} in ONNX "
+                            f"but {list(exp.shape)} in eager at sizes {sizes}")
+            result.failure = "shape"
+            return result
+        result.outputs.append(compare(ort_out, exp, valid_mask(exp.shape, lengths), spec.name, atol, rtol))
+        i += 1 + len(spec.lengths)
+    return result
+
+
+def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn.Module,
+           inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, sizes: Optional[List[Dict[str, int]]] = None,
+           example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
+           raise_on_failure: bool = True, examples=None, runtimes=(),
+           ort_session: Optional[ort.InferenceSession] = None, cases: Optional[List[Case]] = None,
+           serialized: Optional[bytes] = None) -> List[ShapeCheck]:
+    """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
+
+    ``sizes``: the named dim sizes to run at (default: three shapes around
+    ``example``, B=1 first). ``examples``: real inputs ``[{onnx_name: tensor}]``,
+    each checked too (after the generated shapes). ``runtimes``: other ONNX
+    Runtimes to run the same checks in (another venv's interpreter path,
+    ``"node:<folder>"`` for onnxruntime-node, or ``runtimes.Runtime``); their
+    checks follow this process's, marked with the runtime. Raises
+    ``VerificationError`` naming the output, the shape and the runtime on the
+    first failure unless ``raise_on_failure=False``. ``ort_session``: an ONNX Runtime
+    session already made from ``onnx_model`` to run the checks in. ``cases``: the
+    ``reference_cases`` already computed (else they are, while ONNX Runtime loads the model).
+    ``serialized``: ``onnx_model`` as bytes already (the exporter's own), checked and loaded as they are.
+    """
+    others = as_runtimes(runtimes)
+    check_examples(inputs, examples)  # a malformed example is the error, before anything loads
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        if cases is None:
+            pending = pool.submit(reference_cases, model, inputs, outputs, sizes=sizes, example=example, seed=seed,
+                                  examples=examples)
+        try:
+            if ort_session is None:  # a session given has loaded the graph already
+                loadable = serialized if serialized is not None else \
+                    onnx_model if isinstance(onnx_model, onnx.ModelProto) else os.fspath(onnx_model)
+                onnx.checker.check_model(loadable, full_check=True)
+                sess = session(loadable, prepack=False)
+            else:
+                sess = ort_session
+        except Exception as exc:
+            if pending is not None:
+                pending.cancel()
+            reason = f"the ONNX model does not load: {str(exc).splitlines()[0]}"
+            raise VerificationError(reason, Mismatch({}, reason, kind="load")) from exc
+        if pending is not None:
+            cases = pending.result()
+    results = [check_at(sess, case, outputs, atol, rtol) for case in cases]
+    if others:
+        results += _in_runtimes(onnx_model, others, cases, outputs, atol, rtol)
+    if raise_on_failure:
+        failed = next((r for r in results if not r.ok), None)
+        if failed is not None:
+            raise _error(failed, atol, rtol)
+    return results
+
+
+def _error(failed: ShapeCheck, atol: float, rtol: float) -> VerificationError:
+    """The first failed check as an error naming the sizes, the runtime and the outputs; its ``mismatch``
+    says whether only the tolerance was missed (every shape and length agreed)."""
+    bad = [o for o in failed.outputs if not o.ok]
+    reason = failed.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
+                                       for o in bad)
+    where = f" in {failed.runtime}" if failed.runtime else ""
+    mismatch = Mismatch(dict(failed.sizes), reason, failed.runtime, failed.example, [o.name for o in bad],
+                        max((o.max_abs_err for o in bad), default=None), kind=failed.failure or "values")
+    return VerificationError(f"{'on the example' if failed.example else 'at'} sizes {failed.sizes}{where}: {reason}",
+                             mismatch)
+
+
+def _in_runtimes(onnx_model, others, cases: List[Case], outputs, atol, rtol) -> List[ShapeCheck]:
+    """The same checks in each other runtime, which loads the model from a file as a deployment does."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="onnx_compat_verify_") as folder:
+        path = onnx_model
+        if isinstance(onnx_model, onnx.ModelProto):
+            path = os.path.join(folder, "model.onnx")
+            onnx.save(onnx_model, path)
+        for rt in others:
+            def run(feeds, rt=rt):
+                return rt.run(os.fspath(path), feeds)
+            results += [check_at(run, case, outputs, atol, rtol, runtime=rt.name) for case in cases]
+    return results

@@ -1,0 +1,170 @@
+"""Models whose weights do not fit in one protobuf (2 GB): the graph in memory, the weights in a file.
+
+A ``ModelProto`` cannot be serialised past 2 GB, so such a model is never held
+whole. The exporter writes it into a private folder beside the target path;
+the graph is loaded without its weights, which are gathered into one data file
+``<model>.onnx.data`` (page-aligned, so ONNX Runtime can map it instead of
+copying it). Every session that checks the graph loads it from that folder,
+and the finished model is moved into place with its data file, both renamed
+within one filesystem, so a failure leaves neither file behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Iterator, Optional
+
+import onnx
+import torch
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+from onnx_compat.pipeline.files import follow_umask, write_atomically
+
+
+# Weights from 1 GiB on go to a file: the graph and its metadata stay far from protobuf's 2 GB, and
+# ``serialise + parse`` of gigabytes in Python costs more than a file the runtime can map.
+IN_MEMORY_LIMIT = 1 << 30
+PROTOBUF_LIMIT = 2 ** 31 - 1  # bytes of one serialised protobuf message
+_ALIGN = 4096
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every parameter and buffer (shared tensors once)."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t is not None and id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _point(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def _location(proto: onnx.ModelProto) -> Optional[str]:
+    places = {ExternalDataInfo(t).location for t in proto.graph.initializer if uses_external_data(t)}
+    if len(places) > 1:
+        raise ValueError(f"the graph's weights are spread over {sorted(places)}; expected one data file")
+    return places.pop() if places else None
+
+
+class WeightsFolder:
+    """The private folder beside ``path`` where graphs of this export keep their weights.
+
+    Each step that writes weights (the exporter, the optimiser) gets a data file of its own
+    (``<step>.data``), so a graph in memory always refers to its own weights, and a step's
+    result that is not kept leaves the graph before it untouched.
+    """
+
+    def __init__(self, path: str):
+        self.target = path
+        self.name = os.path.basename(path)
+        self.dir = tempfile.mkdtemp(prefix=f".{self.name}.", suffix=".weights", dir=os.path.dirname(path))
+
+    def step_path(self, step: str) -> str:
+        """Where one step (an exporter, an optimiser) writes its model, in a sub-folder of its own."""
+        folder = os.path.join(self.dir, step)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        return os.path.join(folder, self.name)
+
+    def adopt(self, written: str, step: str) -> onnx.ModelProto:
+        """The graph at ``written``, loaded without its weights, which go to this folder's ``<step>.data``:
+        external tensors are copied one at a time, inline ones of 1 KiB and more are moved out."""
+        proto = onnx.load(written, load_external_data=False)
+        base, data = os.path.dirname(written), f"{step}.data"
+        if self._move_single_file(proto, base, data):
+            shutil.rmtree(base, ignore_errors=True)
+            return proto
+        handles = {}
+        try:
+            with open(os.path.join(self.dir, data), "wb") as out:
+                for tensor in proto.graph.initializer:
+                    if uses_external_data(tensor):
+                        info = ExternalDataInfo(tensor)
+                        if info.location not in handles:
+                            handles[info.location] = open(os.path.join(base, info.location), "rb")
+                        source = handles[info.location]
+                        source.seek(info.offset or 0)
+                        chunk = source.read(info.length) if info.length else source.read()
+                    elif len(tensor.raw_data) >= 1024:
+                        chunk = tensor.raw_data
+                        tensor.ClearField("raw_data")
+                    else:
+                        continue
+                    offset = -(-out.tell() // _ALIGN) * _ALIGN
+                    out.seek(offset)
+                    out.write(chunk)
+                    del chunk
+                    _point(tensor, data, offset, out.tell() - offset)
+        finally:
+            for handle in handles.values():
+                handle.close()
+        if base != self.dir:
+            shutil.rmtree(base, ignore_errors=True)
+        return proto
+
+    def _move_single_file(self, proto: onnx.ModelProto, base: str, data: str) -> bool:
+        """When every weight is already in one data file (the dynamo exporter's, ONNX Runtime's), that file is
+        renamed instead of copied: gigabytes not written twice."""
+        tensors = [t for t in proto.graph.initializer if uses_external_data(t)]
+        inline = any(len(t.raw_data) >= 1024 for t in proto.graph.initializer if not uses_external_data(t))
+        infos = [ExternalDataInfo(t) for t in tensors]
+        places = {info.location for info in infos}
+        if inline or len(places) != 1 or any(info.length is None for info in infos):
+            return False
+        os.replace(os.path.join(base, places.pop()), os.path.join(self.dir, data))
+        for tensor, info in zip(tensors, infos):
+            _point(tensor, data, info.offset or 0, info.length)
+        return True
+
+    def save_graph(self, proto: onnx.ModelProto) -> str:
+        """The graph written beside its weights, for a session or a runtime that loads from a path."""
+        path = os.path.join(self.dir, self.name)
+        onnx.save(proto, path)
+        return path
+
+    def commit(self, proto: onnx.ModelProto) -> None:
+        """Write the graph beside the target path, then move the data file and the graph into place.
+
+        A failure before the renames (no room for the graph, say) changes nothing at the target path.
+        The two renames are not one atomic step: a crash between them leaves the new data file beside
+        the previous graph."""
+        location = _location(proto)
+        data = os.path.basename(self.target) + ".data"
+        for tensor in proto.graph.initializer:
+            if uses_external_data(tensor):
+                info = ExternalDataInfo(tensor)
+                _point(tensor, data, info.offset, info.length)
+        then = None if location is None else \
+            (lambda: _into_place(os.path.join(self.dir, location), self.target + ".data"))
+        write_atomically(proto, self.target, before_rename=then)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def folder_for(path: str, needed: bool) -> Iterator[Optional[WeightsFolder]]:
+    """A ``WeightsFolder`` beside ``path`` when ``needed``, removed afterwards whatever happened."""
+    if not needed:
+        yield None
+        return
+    folder = WeightsFolder(path)
+    try:
+        yield folder
+    finally:
+        folder.close()
+
+
+def _into_place(source: str, target: str) -> None:
+    """A finished data file to its place, with the mode any file written there would have."""
+    follow_umask(source)
+    os.replace(source, target)

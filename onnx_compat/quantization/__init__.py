@@ -1,0 +1,14 @@
+"""Smaller models (int8, float16) of a proven float export, verified with measures that fit them.
+
+``quantize(onnx_path, model, inputs, outputs, recipe=..., report=...)`` for a
+model already exported; ``finish_export`` is the end of
+``export(..., quantize=...)``; ``cli`` holds ``onnx-compat quantize``.
+"""
+from .api import check_request, finish_export, float_path_for, quantize
+from .errors import QuantizationError
+from .measures import MEASURES
+from .recipes import NAMES as RECIPE_NAMES, RECIPES
+from .report import QuantReport
+
+__all__ = ["quantize", "finish_export", "check_request", "float_path_for", "QuantizationError", "QuantReport",
+           "RECIPES", "RECIPE_NAMES", "MEASURES"]

@@ -1,0 +1,54 @@
+"""What a quantization did and how close the result stayed, as a Python object and as JSON."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class QuantReport:
+    recipe: str
+    about: str = ""
+    path: Optional[str] = None  # the approximate model written
+    float_path: Optional[str] = None  # the proven float model it was made from (left as it was)
+    float_report: Optional[str] = None  # the float model's verification report (its JSON path, or "in memory")
+    bytes: Dict[str, float] = field(default_factory=dict)  # float, quantized, ratio
+    calibration: Optional[str] = None  # what the static recipes were calibrated on
+    measures: Dict[str, List[str]] = field(default_factory=dict)  # output -> ["snr >= 20", ...]
+    verification: dict = field(default_factory=dict)  # verify_approx.ApproxResult.to_dict()
+    excluded: List[dict] = field(default_factory=list)  # nodes left in float32 by automatic exclusion
+    exclusion_cost: Optional[dict] = None  # bytes added and the quality before/after
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, default=str)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        return text
+
+    def summary(self) -> str:
+        """A few lines for a terminal."""
+        b = self.bytes
+        lines = [f"recipe      {self.recipe} ({self.about})",
+                 f"written     {self.path} ({b.get('quantized', 0) / 1e3:.1f} kB, {b.get('ratio', 0):.2f} of the float "
+                 f"model's {b.get('float', 0) / 1e3:.1f} kB at {self.float_path})"]
+        if self.calibration:
+            lines.append(f"calibrated  on {self.calibration}")
+        sizes = ", ".join(str(s) for s in self.verification.get("sizes", []))
+        lines.append(f"verified    at {sizes}")
+        for c in self.verification.get("checks", []):
+            bound = "exact" if c["threshold"] is None else f">= {c['threshold']:g}"
+            lines.append(f"  {c['output']:<14} {c['measure']:<8} vs {c['against']:<5} {c['got']:.4g} ({bound}) "
+                         f"{'ok' if c['ok'] else 'MISSED'}")
+        for node in self.excluded:
+            lines.append(f"excluded    {', '.join(node['nodes'])} (at {node['where']}: adds noise "
+                         f"{node['added_noise']:.2e})")
+        if self.exclusion_cost:
+            lines.append("cost        " + ", ".join(f"{k} {v}" for k, v in self.exclusion_cost.items()))
+        lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        return "\n".join(lines)

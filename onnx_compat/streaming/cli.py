@@ -1,0 +1,85 @@
+"""``onnx-compat export-streaming FACTORY --out model.onnx``: the CLI face of ``export_streaming``.
+
+FACTORY is ``module:function``; the function returns a dict with ``step``,
+``inputs``, ``states`` and ``outputs`` and, optionally, ``full_forward``,
+``init_states``, ``chunk``, ``shift``, ``right_context``, ``none_first``,
+``module`` (the bundled ``onnx_compat.models.streaming_conformer:streaming_job``
+and ``onnx_compat.models.lstm_encoder:streaming_job`` are examples).
+``onnx_compat.cli`` calls ``add_parser(subparsers)`` and, for the command
+``export-streaming``, ``run(args)``, which returns the exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from .api import export_streaming
+
+REQUIRED = ("step", "inputs", "states", "outputs")
+OPTIONAL = ("full_forward", "init_states", "chunk", "shift", "right_context", "none_first", "module", "time_axis")
+
+
+class FactoryError(ValueError):
+    """The FACTORY cannot be imported or does not return what ``export_streaming`` needs."""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("export-streaming", help="export a streaming step with its states, verify the stream")
+    p.add_argument("factory", help="MODULE:FACTORY returning {step, inputs, states, outputs[, full_forward, ...]}")
+    p.add_argument("--out", required=True, help="the .onnx file to write")
+    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
+    p.add_argument("--json", help="also write the report as JSON here")
+    p.add_argument("--chunks", type=int, default=6, help="calls per verification stream (at least 5)")
+    p.add_argument("--batch", type=int, action="append", help="a batch size to stream at (default: 1 and one more)")
+    p.add_argument("--max-drift", type=float, help="error when the stream drifts further from the full forward")
+    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
+    p.add_argument("--opset", type=int)
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-3)
+    return p
+
+
+def load_job(spec: str) -> dict:
+    module_name, _, func_name = spec.partition(":")
+    if not module_name or not func_name:
+        raise FactoryError(f"expected MODULE:FACTORY, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise FactoryError(f"cannot import {module_name!r}: {exc}") from exc
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise FactoryError(f"{module_name!r} has no callable {func_name!r}")
+    job = factory()
+    if not isinstance(job, dict) or any(k not in job for k in REQUIRED):
+        raise FactoryError(f"{spec} must return a dict with {list(REQUIRED)} (optional: {list(OPTIONAL)}), got "
+                           + (f"keys {sorted(job)}" if isinstance(job, dict) else type(job).__name__))
+    unknown = sorted(set(job) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        raise FactoryError(f"{spec} returned unknown keys {unknown}; known: {list(REQUIRED + OPTIONAL)}")
+    return job
+
+
+def _metadata(items) -> dict:
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise FactoryError(f"--metadata takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.factory)
+    report = export_streaming(job["step"], args.out, job["inputs"], job["states"], job["outputs"],
+                              exporter=args.exporter, chunks=args.chunks, batches=args.batch,
+                              max_drift=args.max_drift, metadata=_metadata(args.metadata), opset=args.opset,
+                              atol=args.atol, rtol=args.rtol, **{k: job[k] for k in OPTIONAL if k in job})
+    if args.json:
+        report.to_json(args.json)
+    print(report.summary())
+    for entry in report.verification:
+        if "drift" in entry:
+            print(f"drift       {entry['sizes']}: " + ", ".join(f"{k} {v:.2e}" for k, v in entry["drift"].items()))
+    return 0

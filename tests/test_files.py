@@ -1,0 +1,50 @@
+"""What the pipeline writes has the mode any file written there would have (``pipeline/files.py``).
+
+A model made by a temporary file renamed into place was 0600 whatever the
+umask, so a runtime or a RASR job running as another user could not read it.
+"""
+import os
+import stat
+
+import pytest
+import torch
+from torch import nn
+
+import onnx_compat
+from onnx_compat import Dim, TensorSpec
+from onnx_compat.cli import main
+
+B, T = Dim("batch"), Dim("time")
+SPECS = ([TensorSpec("data", [B, T, 8])], [TensorSpec("output", [B, T, 4])])
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002], ids=["umask-022", "umask-077", "umask-002"])
+def umask(request):
+    before = os.umask(request.param)
+    yield request.param
+    os.umask(before)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_model_data_file_and_report_follow_the_umask(umask, tmp_path):
+    torch.manual_seed(0)
+    path, report_path = tmp_path / "m.onnx", tmp_path / "r.json"
+    model = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 4))  # weights past the 1 KiB kept inline
+    report = onnx_compat.export(model, str(path), *SPECS, exporter="torchscript", external_data=True)
+    report.to_json(str(report_path))
+    want = 0o666 & ~umask
+    written = {p: _mode(p) for p in (path, tmp_path / "m.onnx.data", report_path)}
+    assert all(mode == want for mode in written.values()), {str(p): oct(m) for p, m in written.items()}
+
+
+def test_the_cli_writes_a_model_others_can_read(tmp_path):
+    before = os.umask(0o022)
+    try:
+        assert main(["export", "onnx_compat.models.conv_demo:build", "--out", str(tmp_path / "m.onnx"),
+                     "--exporter", "torchscript", "--quiet"]) == 0
+    finally:
+        os.umask(before)
+    assert _mode(tmp_path / "m.onnx") == 0o644

@@ -1,0 +1,235 @@
+"""int8 and float16 versions of the bundled models: made by ONNX Runtime's tools, verified with measures that
+fit an approximate model, loaded from their paths; automatic exclusion; one clear error per bad input."""
+import argparse
+import hashlib
+import json
+import logging
+import os
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import onnx_compat
+from onnx_compat.models import blstm, conformer
+from onnx_compat.quantization import QuantizationError, finish_export, float_path_for, quantize
+from onnx_compat.quantization import cli as quantize_cli
+from onnx_compat.quantization.measures import CtcAgreement, Snr, Top1Agreement, greedy_ctc, resolve
+from onnx_compat.spec import make_inputs
+
+logging.getLogger("onnxruntime").setLevel(logging.ERROR)  # the quantizers' advice on pre-processing
+logging.getLogger().setLevel(logging.ERROR)
+
+MODELS = {"conformer": conformer.tiny, "blstm": lambda: blstm.build(hidden=32)}
+RECIPES = ["int8-dynamic", "int8-dynamic-conv", "int8-dynamic-per-channel", "int8-static", "fp16"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Each bundled model exported (TorchScript) and verified once: {name: (job, path, report)}."""
+    folder = tmp_path_factory.mktemp("float")
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, factory in MODELS.items():
+            job = factory()
+            path = str(folder / f"{name}.onnx")
+            report = onnx_compat.export(job["model"], path, job["inputs"], job["outputs"], exporter="torchscript")
+            report.to_json(str(folder / f"{name}.json"))
+            out[name] = (job, path, report)
+    return out
+
+
+def _digest(path):
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def _eager_agreement(path, job, sizes):
+    """Independent of the package: the written model from its path against the unpatched eager model."""
+    feeds = make_inputs(job["inputs"], sizes, seed=77)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got, got_len = sess.run(None, {k: v.numpy() for k, v in feeds.items()})
+    with torch.no_grad():
+        ref, ref_len = (t.numpy() for t in job["model"](*feeds.values()))
+    assert np.array_equal(got_len, ref_len), f"lengths differ at {sizes}: {got_len} vs {ref_len}"
+    assert got.shape == ref.shape and np.std(ref) > 1e-3, f"shape/degenerate at {sizes}"
+    valid = np.arange(ref.shape[1])[None, :] < ref_len[:, None]
+    return float((got.argmax(-1) == ref.argmax(-1))[valid].mean()), float(np.abs(got - ref)[valid].max())
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_recipe_is_verified_and_loads_from_its_path(exported, name, recipe, tmp_path):
+    job, path, report = exported[name]
+    before = _digest(path)
+    out = str(tmp_path / f"{name}.{recipe}.onnx")
+    q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe=recipe, out=out, report=report,
+                 measures=["snr", "cosine", "top1"])
+    assert _digest(path) == before, "the float model was changed"
+    assert q.path == out and os.path.isfile(out) and q.verification["ok"]
+    checks = q.verification["checks"]
+    assert {c["against"] for c in checks} == {"float", "eager"} and all(c["ok"] for c in checks)
+    assert {1} <= {s["batch"] for s in q.verification["sizes"]}, "B=1 must be among the checked shapes"
+    assert (q.calibration is not None) == recipe.startswith("int8-static")
+    for sizes in ({"batch": 1, "time": 29}, {"batch": 3, "time": 61}):
+        agree, err = _eager_agreement(out, job, sizes)
+        assert agree >= 0.9, f"{name} {recipe}: top-1 agreement {agree:.3f} with eager at {sizes}"
+        assert err > 0, f"{name} {recipe}: identical to eager at {sizes}: nothing was quantized"
+
+
+@pytest.mark.parametrize("name, recipe, smaller", [("conformer", "int8-dynamic-conv", 0.7), ("conformer", "fp16", 0.7),
+                                                  ("blstm", "fp16", 0.6)])
+def test_recipes_make_smaller_files(exported, name, recipe, smaller, tmp_path):
+    job, path, report = exported[name]
+    q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe=recipe, out=str(tmp_path / "q.onnx"),
+                 report=report)
+    assert q.bytes["quantized"] == os.path.getsize(q.path) and q.bytes["ratio"] < smaller, q.bytes
+
+
+def test_fp16_keeps_float32_io_unless_asked(exported, tmp_path):
+    job, path, report = exported["conformer"]
+    types = {}
+    for recipe in ("fp16", "fp16-io"):
+        q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe=recipe, report=report,
+                     out=str(tmp_path / f"{recipe}.onnx"))
+        graph = onnx.load(q.path).graph
+        types[recipe] = [v.type.tensor_type.elem_type for v in (graph.input[0], graph.output[0])]
+    assert types["fp16"] == [onnx.TensorProto.FLOAT] * 2 and types["fp16-io"] == [onnx.TensorProto.FLOAT16] * 2
+
+
+def test_exclusion_turns_a_missed_threshold_into_a_met_one(exported, tmp_path):
+    """int8-static on the Conformer, asked for 1 dB more SNR than the recipe gives: without exclusion the
+    threshold is missed (and nothing written); with it, the worst nodes stay float and it is met."""
+    job, path, report = exported["conformer"]
+    out = str(tmp_path / "static.onnx")
+    with pytest.raises(QuantizationError) as missed:
+        quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", out=out, report=report,
+                 thresholds={"snr": 60.0}, exclude_limit=0)
+    err = missed.value
+    assert err.measure == "snr" and err.output == "output" and err.recipe == "int8-static" and err.got < 60.0
+    assert "short by" in str(err) and not os.path.exists(out)
+    wanted = err.got + 1.0
+    with pytest.raises(QuantizationError, match="none helps|did not help"):
+        quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", out=out, report=report,
+                 thresholds={"snr": wanted}, exclude_limit=0)
+    q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", out=out, report=report,
+                 thresholds={"snr": wanted})
+    snr = [c["got"] for c in q.verification["checks"] if c["measure"] == "snr"]
+    assert q.excluded and min(snr) >= wanted, (q.excluded, snr, wanted)
+    cost = q.exclusion_cost
+    assert cost["bytes_added"] > 0 and cost["missed_before"] and os.path.getsize(out) == q.bytes["quantized"]
+    excluded = {n for c in q.excluded for n in c["nodes"]}
+    kept_float = {n.name for n in onnx.load(out).graph.node if n.name in excluded}
+    assert kept_float == excluded, "excluded nodes must stay float nodes of the same name"
+
+
+def _nothing_written(tmp_path, path, before):
+    assert list(tmp_path.iterdir()) == [] and _digest(path) == before
+
+
+@pytest.mark.parametrize("case, match, fields", [
+    ("no_report", "needs the float model's verification report", {}),
+    ("other_report", "describes another model", {}),
+    ("unverified", "holds no verification", {}),
+    ("unknown_recipe", "unknown recipe 'int4'", {"recipe": "int4"}),
+    ("example_name", "unknown input", {"recipe": "int8-static"}),
+    ("example_shape", "dim 2 is 21, declared static 20", {"recipe": "int8-static"}),
+    ("impossible_cosine", "cannot be met", {"measure": "cosine", "threshold": 1.5, "output": "output"}),
+    ("beyond_float", "the float model itself scores", {"measure": "snr", "threshold": 1000.0, "output": "output"}),
+    ("unknown_measure", "unknown measure 'wer'", {"measure": "wer"}),
+    ("out_is_float", "is the float model itself", {}),
+])
+def test_bad_input_is_one_clear_error_and_writes_nothing(exported, tmp_path, case, match, fields):
+    job, path, report = exported["conformer"]
+    kwargs = dict(recipe="int8-static", report=report, out=str(tmp_path / "q.onnx"))
+    good = make_inputs(job["inputs"], {"batch": 2, "time": 40}, seed=3)
+    kwargs.update({
+        "no_report": dict(report=None),
+        "other_report": dict(report=exported["blstm"][2]),
+        "unverified": dict(report={**report.to_dict(), "verification": []}),
+        "unknown_recipe": dict(recipe="int4"),
+        "example_name": dict(examples=[{"features": good["data"], "data:size1": good["data:size1"]}]),
+        "example_shape": dict(examples=[{"data": torch.randn(2, 40, 21), "data:size1": good["data:size1"]}]),
+        "impossible_cosine": dict(thresholds={"cosine": 1.5}),
+        "beyond_float": dict(thresholds={"snr": 1000.0}),
+        "unknown_measure": dict(measures=["snr", "wer"]),
+        "out_is_float": dict(out=path),
+    }[case])
+    before = _digest(path)
+    with pytest.raises(QuantizationError, match=match) as raised:
+        quantize(path, job["model"], job["inputs"], job["outputs"], **kwargs)
+    assert isinstance(raised.value, ValueError)
+    for key, value in fields.items():
+        assert getattr(raised.value, key) == value, (key, getattr(raised.value, key))
+    _nothing_written(tmp_path, path, before)
+
+
+def test_report_json_path_is_accepted_and_user_examples_calibrate(exported, tmp_path):
+    job, path, _ = exported["blstm"]
+    examples = [make_inputs(job["inputs"], {"batch": 2, "time": 50}, seed=40 + k) for k in range(3)]
+    q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", out=str(tmp_path / "s.onnx"),
+                 report=path[:-5] + ".json", examples=examples, measures={"output": ["snr", "ctc"]})
+    assert q.calibration == "3 user example(s)" and q.float_report.endswith(".json")
+    assert {c["measure"] for c in q.verification["checks"]} == {"snr", "ctc"}
+
+
+def test_finish_export_writes_quantized_at_path_and_float_beside(exported, tmp_path):
+    job, path, report = exported["conformer"]
+    proto, target = onnx.load(path), str(tmp_path / "model.onnx")
+    q = finish_export(proto, target, job["model"], job["inputs"], job["outputs"], report, recipe="int8-dynamic")
+    assert q.path == target and q.float_path == float_path_for(target) == str(tmp_path / "model.float.onnx")
+    assert onnx.load(q.float_path).SerializeToString() == proto.SerializeToString()
+    assert any(n.op_type == "MatMulInteger" for n in onnx.load(target).graph.node)
+    failed = str(tmp_path / "failed" / "m.onnx")
+    os.mkdir(os.path.dirname(failed))
+    with pytest.raises(QuantizationError, match="short by"):
+        finish_export(proto, failed, job["model"], job["inputs"], job["outputs"], report, recipe="int8-static",
+                      thresholds={"snr": 59.0}, exclude_limit=1)
+    assert os.listdir(os.path.dirname(failed)) == [], "a failed quantization writes neither model"
+
+
+def test_cli_quantize(exported, tmp_path, capsys):
+    _, path, _ = exported["conformer"]
+    parser = argparse.ArgumentParser()
+    quantize_cli.add_parser(parser.add_subparsers(dest="command"))
+    out, as_json = tmp_path / "c.onnx", tmp_path / "q.json"
+    args = parser.parse_args(["quantize", path, "onnx_compat.models.conformer:tiny", "--recipe", "int8-dynamic",
+                              "--report", path[:-5] + ".json", "--out", str(out), "--measure", "output=top1",
+                              "--threshold", "top1=0.97", "--json", str(as_json)])
+    assert quantize_cli.run(args) == 0 and out.is_file()
+    data = json.loads(as_json.read_text())
+    assert data["measures"] == {"output": ["top1 >= 0.97"]} and data["verification"]["ok"]
+    assert "recipe      int8-dynamic" in capsys.readouterr().out
+
+
+def test_measures_mask_padding_and_decode_ctc():
+    ref = np.log(np.full((2, 4, 3), 0.1, dtype=np.float32))
+    ref[..., 1] = np.log(0.8)
+    lengths = np.array([4, 2])
+    mask = np.arange(4)[None, :, None] < lengths[:, None, None]
+    mask = np.broadcast_to(mask, ref.shape)
+    got = ref.copy()
+    got[1, 2:, 2] = 5.0  # differs only beyond the second sequence's length
+    assert Snr().score(got, ref, mask) == np.inf and Top1Agreement().score(got, ref, mask) == 1.0
+    got[0, 0, 2] = 5.0  # one valid frame now has another best class
+    assert Top1Agreement().score(got, ref, mask) == pytest.approx(5 / 6) and Snr().score(got, ref, mask) < 20
+    assert greedy_ctc(np.array([0, 3, 3, 0, 3, 5, 5, 0]), blank=0) == [3, 3, 5]
+    assert CtcAgreement().score(got, ref, mask) == pytest.approx(0.5)  # refs [1], [1]; got [2, 1], [1]: 1 edit / 2
+    assert CtcAgreement(blank=2).score(got, ref, mask) == 1.0
+    picked = resolve(["snr", "ctc:blank=4"], {"output/snr": 30}, ["output"])["output"]
+    assert picked[0].threshold == 30 and picked[1].blank == 4
+
+
+def test_benchmark_smoke(capsys):
+    """benchmarks/quantize.py at its tiny size, so it cannot rot (not timed)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import quantize as bench
+    rows = bench.main(["--tiny", "--runs", "1", "--recipes", "int8-dynamic,fp16"])
+    assert [r[1] for r in rows] == ["float", "int8-dynamic", "fp16"] * 3
+    assert all(r[2] != "-" for r in rows), [r for r in rows if r[2] == "-"]
+    assert "| model | recipe |" in capsys.readouterr().out
