@@ -20,8 +20,11 @@ import warnings
 import numpy as np
 import onnxruntime as ort
 
-from onnx_compat.huggingface import export_pretrained, families, tiny
-from onnx_compat.spec import make_inputs, verification_sizes
+sys.path.insert(0, os.path.dirname(__file__))
+from readme_block import add_write_option, write_marked  # noqa: E402
+
+from onnx_compat.huggingface import export_pretrained, families, from_pretrained_dir, tiny  # noqa: E402
+from onnx_compat.spec import make_inputs, verification_sizes  # noqa: E402
 
 
 def output_scale(path: str, job_inputs) -> float:
@@ -44,7 +47,6 @@ def one(work: str, model_type: str, task: str, exporter: str) -> str:
             report = export_pretrained(folder, out, task, exporter=exporter)
     except Exception as exc:  # noqa: BLE001 - the table says what failed
         return f"| {model_type} | {task} | fails: {type(exc).__name__}: {str(exc).splitlines()[0][:160]} | | | |"
-    from onnx_compat.huggingface import from_pretrained_dir
     scale = output_scale(out, from_pretrained_dir(folder, task).inputs)
     outputs = ", ".join(o["name"] for o in report.outputs)
     return (f"| {model_type} | {task} | {report.exporter}, {time.perf_counter() - t0:.1f} s | {report.nodes} | "
@@ -55,13 +57,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--exporter", default="torchscript")
     p.add_argument("--types", nargs="*", default=[t for f in families.FAMILIES for t in f.model_types])
+    add_write_option(p, "hf-coverage", "docs/huggingface.md")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print("| model type | task | verified with | nodes | max abs err | outputs |\n|---|---|---|---:|---:|---|")
+    lines = ["| model type | task | verified with | nodes | max abs err | outputs |", "|---|---|---|---:|---:|---|"]
+    print("\n".join(lines))
     with tempfile.TemporaryDirectory(prefix="hf_coverage_") as work:
         for model_type in args.types:
             for task in families.supported_tasks(families.family_of(model_type), model_type):
-                print(one(work, model_type, task, args.exporter), flush=True)
+                lines.append(one(work, model_type, task, args.exporter))
+                print(lines[-1], flush=True)
+    if args.write:
+        write_marked(args.write, "\n".join(lines), "hf-coverage")
     return 0
 
 

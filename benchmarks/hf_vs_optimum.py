@@ -28,7 +28,10 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from onnx_compat.huggingface import families, from_pretrained_dir, tiny
+sys.path.insert(0, os.path.dirname(__file__))
+from readme_block import add_write_option, write_marked  # noqa: E402
+
+from onnx_compat.huggingface import families, from_pretrained_dir, tiny  # noqa: E402
 
 # name: (model type, our task, optimum's task, optimum's file, transformers' reference class, output attribute)
 MODELS = {
@@ -174,11 +177,15 @@ def main(argv=None) -> int:
     p.add_argument("--optimum-python", required=True, help="python of a venv with optimum-onnx (transformers 4)")
     p.add_argument("--exporter", default="auto", help="ours: auto (the default), dynamo or torchscript")
     p.add_argument("--models", nargs="*", default=list(MODELS))
+    add_write_option(p, "hf-vs-optimum", "docs/huggingface.md")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hf_vs_optimum_") as work:
         results = [(name, run_one(name, MODELS[name], work, args.optimum_python, args.exporter))
                    for name in args.models]
-    print(table(results))
+    text = table(results)
+    print(text)
+    if args.write:
+        write_marked(args.write, text, "hf-vs-optimum" if args.exporter == "auto" else f"hf-vs-optimum-{args.exporter}")
     return 0
 
 
