@@ -101,6 +101,7 @@ class Samples:
     """
 
     arg: str = "input_values"
+    length_function: str = LENGTH_FUNCTION
 
     def shapes(self, part, config, extractor, task: Task, frame_head: bool) -> Shapes:
         if extractor is not None and hasattr(extractor, "return_attention_mask"):
@@ -112,6 +113,9 @@ class Samples:
                       example=smallest_input(part, max(EXAMPLE_FRAMES, 2 * need)))
         data = TensorSpec("data", [Dim("batch"), samples], lengths=[1])
         return Shapes(Feeding(self.arg, _pad_value(extractor), mask), [data], Dim("frames"), True)
+
+    def extractor_disagrees(self, extractor, fixed: Dict[str, int]) -> Optional[str]:
+        return None  # any length goes
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,9 @@ class Features:
         data = TensorSpec("data", [Dim("batch"), time, size], lengths=[1])
         return Shapes(Feeding(self.arg, _pad_value(extractor), True), [data], Dim("frames"), True, {"features": size})
 
+    def extractor_disagrees(self, extractor, fixed: Dict[str, int]) -> Optional[str]:
+        return None  # any length goes
+
 
 @dataclass(frozen=True)
 class FixedFeatures:
@@ -138,8 +145,9 @@ class FixedFeatures:
     ``frames(part, config)``: what the model's weights require; the feature
     extractor's ``extractor_frames`` attribute must agree. Frame outputs get
     ``data:size1`` -> ``output:size1`` as plain tensors (the time axis is
-    static, so it carries no named lengths); a model without frame outputs
-    does not use the lengths, so it has none.
+    static, so it carries no named lengths) where ``lengths``; a model without
+    frame outputs does not use the lengths, so it has none; nor does a model
+    whose output frames are patches with no length function (AST).
     """
 
     frames: Callable  # (part, config) -> T
@@ -147,15 +155,18 @@ class FixedFeatures:
     extractor_frames: str
     arg: str = "input_features"
     channels_first: bool = False
+    length_function: str = LENGTH_FUNCTION
+    lengths: bool = True
 
     def shapes(self, part, config, extractor, task: Task, frame_head: bool) -> Shapes:
         frames, size = int(self.frames(part, config)), int(self.size(config))
         batch = Dim("batch")
         inputs = [TensorSpec("data", [batch, frames, size])]
-        if frame_head:
+        lengths = frame_head and self.lengths
+        if lengths:
             inputs.append(TensorSpec("data:size1", [batch], torch.int32, values=(1, frames + 1)))
         feeding = Feeding(self.arg, None, False, self.channels_first)
-        return Shapes(feeding, inputs, None, frame_head, {"time": frames, "features": size})
+        return Shapes(feeding, inputs, None, lengths, {"time": frames, "features": size})
 
     def extractor_disagrees(self, extractor, fixed: Dict[str, int]) -> Optional[str]:
         said = getattr(extractor, self.extractor_frames, None) if extractor is not None else None
@@ -196,7 +207,8 @@ FAMILIES: Tuple[Family, ...] = (
     Family("Whisper", ("whisper",), FixedFeatures(_whisper_frames, lambda c: c.num_mel_bins, "nb_max_frames",
                                                   channels_first=True), ("speech-encoder", "audio-classification")),
     Family("Audio Spectrogram Transformer", ("audio-spectrogram-transformer",),
-           FixedFeatures(lambda part, c: c.max_length, lambda c: c.num_mel_bins, "max_length", arg="input_values"),
+           FixedFeatures(lambda part, c: c.max_length, lambda c: c.num_mel_bins, "max_length", arg="input_values",
+                         lengths=False),
            ("audio-classification", "audio-encoder")),
 )
 

@@ -22,7 +22,7 @@ from ..spec import TensorSpec
 from . import families, files
 from .errors import ConfigError, PreprocessorError, TaskError, UncoveredModelError, WeightsError
 from .families import Family, Task
-from .wrappers import LENGTH_FUNCTION, AudioModel, FrameHead
+from .wrappers import AudioModel, FrameHead
 
 
 @dataclass
@@ -57,14 +57,13 @@ def from_pretrained_dir(folder, task: Optional[str] = None) -> HFJob:
         fix.install(part)
     frame_head = isinstance(chosen.head, FrameHead)
     shapes = family.input.shapes(part, config, extractor, chosen, frame_head)
-    if hasattr(family.input, "extractor_disagrees"):
-        problem = family.input.extractor_disagrees(extractor, shapes.fixed)
-        if problem:
-            raise PreprocessorError(f"{folder}: {problem}", folder=folder, task=chosen.name, model_type=model_type)
+    problem = family.input.extractor_disagrees(extractor, shapes.fixed)
+    if problem:
+        raise PreprocessorError(f"{folder}: {problem}", folder=folder, task=chosen.name, model_type=model_type)
     outputs = output_specs(chosen, shapes)
     metadata = {"hf.model_type": model_type, "hf.task": chosen.name, "hf.class": type(part).__name__,
                 "hf.fixed": json.dumps(shapes.fixed), "hf.attention_mask": str(shapes.feeding.mask).lower()}
-    wrapper = AudioModel(part, shapes.feeding, chosen.head, getattr(family.input, "length_function", LENGTH_FUNCTION))
+    wrapper = AudioModel(part, shapes.feeding, chosen.head, family.input.length_function)
     return HFJob(wrapper.eval(), shapes.inputs, outputs, shapes.fixed,
                  files.runtime_files(folder), folder, chosen.name, model_type, metadata)
 
