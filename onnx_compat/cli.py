@@ -25,7 +25,7 @@ import torch
 from onnx_compat.contracts.rasr import check_rasr
 from onnx_compat.diagnosis import diagnose
 from onnx_compat.graph import describe
-from onnx_compat.huggingface import cli as hf_cli
+from onnx_compat.huggingface import HFError, cli as hf_cli
 from onnx_compat.pipeline import export
 from onnx_compat.pipeline.files import check_writable, write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
@@ -220,7 +220,9 @@ def _inspect_text(info: dict) -> str:
 
 def _export(args) -> int:
     if hf_cli.is_hf_source(args.factory):
-        report = hf_cli.export_from_args(args, examples=load_examples(args.examples))
+        report = hf_cli.export_from_args(args, examples=load_examples(args.examples), progress=progress_for(args),
+                                         contract=args.contract, vocabulary=_vocabulary(args.vocabulary),
+                                         quantize=args.quantize)
     else:
         model, inputs, outputs, examples = load_factory(args.factory)
         report = export(model, args.out, inputs, outputs, exporter=args.exporter,
@@ -287,7 +289,7 @@ def run(argv: Optional[List[str]] = None) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return run(argv)
-    except (UsageError, streaming_cli.FactoryError) as exc:
+    except (UsageError, streaming_cli.FactoryError, HFError) as exc:
         print(f"onnx-compat: usage error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # one clear line for a pipeline's log, and the module at fault when known

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from .errors import HFError
+from .errors import HFError  # noqa: F401 - the standalone main's exit code 2
 from .families import COVERED, TASK_NAMES
 from .job import export_pretrained
 
@@ -62,10 +62,11 @@ def _pairs(items: Optional[List[str]], option: str, cast=str) -> dict:
     return out
 
 
-def export_from_args(args: argparse.Namespace, examples=None):
+def export_from_args(args: argparse.Namespace, examples=None, **extra):
     """Export ``args.factory`` (``hf:DIR``) as the ``export`` options say; the ``Report``.
 
-    Options the parser at hand does not define keep ``export``'s defaults.
+    Options the parser at hand does not define keep ``export``'s defaults; ``extra`` are more
+    ``export`` arguments (the main CLI's progress, contract, vocabulary and quantize).
     """
     folder = args.factory[len(PREFIX):] if is_hf_source(args.factory) else args.factory
     get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
@@ -76,6 +77,7 @@ def export_from_args(args: argparse.Namespace, examples=None):
     for name, key in (("runtime", "runtimes"), ("external_data", "external_data")):
         if get(name) is not None:
             kwargs[key] = get(name)
+    kwargs.update({k: v for k, v in extra.items() if v is not None})
     report = export_pretrained(folder, args.out, get("task"), copy_files=not get("no_files", False), **kwargs)
     if get("json"):
         report.to_json(args.json)

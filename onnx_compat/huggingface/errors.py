@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from onnx_compat.errors import OnnxCompatError
 
-class HFError(ValueError):
+
+class HFError(OnnxCompatError, ValueError):
     """A transformers checkpoint folder that cannot be exported as asked."""
 
     def __init__(self, message: str, *, folder: str, task: Optional[str] = None, model_type: Optional[str] = None):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
@@ -50,6 +51,7 @@ class Report:
     timings: Dict[str, float] = field(default_factory=dict)
     contract: Optional[dict] = None  # the consumer contract that held, and what its consumers said
     quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
+    files: List[str] = field(default_factory=list)  # files written beside the model for its runtime
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,7 +131,7 @@ class Report:
 
     def _deployment_lines(self) -> List[str]:
         """The consumer contract and what its consumers said; the approximate model written instead."""
-        lines = []
+        lines = [f"beside      {', '.join(os.path.basename(f) for f in self.files)}"] if self.files else []
         if self.contract is not None:
             checks = self.contract.get("consumer_checks") or []
             said = "; ".join(f"{c.get('consumer')}: " + ("skipped, " + str(c["skipped"]) if c.get("ok") is None
