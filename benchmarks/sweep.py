@@ -52,34 +52,56 @@ _ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREA
 
 
 def run_model(name: str, steps, timeout: float) -> dict:
-    """One model in its own process group; a hang costs ``timeout`` and marks the step it was in."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "result.json")
-        err_path = os.path.join(tmp, "stderr")
-        with open(err_path, "w") as err:
-            proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sweep_run.py"), name, path, ",".join(steps)],
-                                    env={**os.environ, **_ONE_CORE}, stdout=subprocess.DEVNULL, stderr=err,
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=timeout)
-                ended = None
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                ended = f"timeout after {timeout:.0f}s"
-        result = _load(path) or {"model": name, "steps": {}, "running": steps[0]}
-        with open(err_path) as f:
-            tail = [ln for ln in f.read().splitlines() if ln.strip()][-1:]
-    if result.get("running"):
-        stage = "timeout" if ended else "crash"
-        result["steps"][result["running"]] = {"stage": stage, "error": ended or (tail[0] if tail else f"exit {proc.returncode}")}
-    elif proc.returncode and "build" not in result and not result["steps"]:
-        result["build"] = {"error": tail[0] if tail else f"exit {proc.returncode}"}
-    result.pop("running", None)
+    """One model, each step bounded by ``timeout``: a hung step is killed (its process group) and marked,
+    and a fresh process runs the steps after it, so one hang does not hide the other outcomes."""
+    result: dict = {"model": name, "steps": {}}
+    remaining = list(steps)
+    while remaining:
+        part = _spawn(name, remaining, timeout)
+        result["steps"].update(part.get("steps", {}))
+        if "build" in part:
+            result["build"] = part["build"]
+            break
+        remaining = [s for s in remaining if s not in result["steps"]]
     entry = ENTRIES[name]
     result.update(model=name, library=entry.library, kind=entry.kind)
     classify(result)
     return result
+
+
+def _spawn(name: str, steps, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        path, err_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "stderr")
+        with open(err_path, "w") as err:
+            proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sweep_run.py"), name, path, ",".join(steps)],
+                                    env={**os.environ, **_ONE_CORE}, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
+            ended = _watch(proc, path, timeout)
+        result = _load(path) or {"model": name, "steps": {}, "running": steps[0]}
+        with open(err_path) as f:
+            tail = [ln for ln in f.read().splitlines() if ln.strip()][-1:]
+    running = result.pop("running", None)
+    if running:
+        result["steps"][running] = {"stage": "timeout" if ended else "crash",
+                                    "error": ended or (tail[0] if tail else f"exit {proc.returncode}")}
+    elif proc.returncode and "build" not in result and not result["steps"]:
+        result["build"] = {"error": tail[0] if tail else f"exit {proc.returncode}"}
+    return result
+
+
+def _watch(proc: subprocess.Popen, path: str, timeout: float):
+    """Wait for the child; kill its process group when one step has run longer than ``timeout``."""
+    step, since = None, time.monotonic()
+    while proc.poll() is None:
+        time.sleep(1)
+        running = (_load(path) or {}).get("running")
+        if running != step:
+            step, since = running, time.monotonic()
+        elif time.monotonic() - since > timeout:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"timeout after {timeout:.0f}s"
+    return None
 
 
 def _load(path: str):
@@ -214,7 +236,7 @@ def main(argv=None) -> List[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="models whose name contains this (repeatable)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
-    parser.add_argument("--timeout", type=float, default=480, help="seconds per model")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per step")
     parser.add_argument("--json", help="write the rows here (and resume from it with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep rows already in --json")
     parser.add_argument("--write", help="write the tables into this markdown file")

@@ -146,7 +146,7 @@ def _filterbank(fb, decode=False):
     _manual()
     from asteroid_filterbanks import Decoder, Encoder
     if decode:
-        return _job(Decoder(fb), feats(fb.n_feats_out, channels_first=True), out("time_out"))
+        return _job(Decoder(fb), feats(fb.n_feats_out, channels_first=True), out(1, "time_out"))
     return _job(Encoder(fb), wave(), out(fb.n_feats_out, "frames"))
 
 
@@ -689,7 +689,7 @@ def bs_roformer():
     model = BSRoformer(dim=16, depth=1, freqs_per_bands=(4, 4, 8, 17), dim_freqs_in=33, stft_n_fft=64,
                        stft_hop_length=16, stft_win_length=64, heads=2, dim_head=8, flash_attn=False,
                        time_transformer_depth=1, freq_transformer_depth=1, mask_estimator_depth=1)
-    return _job(model, wave(), out("time_out"))
+    return _job(model, wave(), out(1, "time_out"))
 
 
 @entry("bs-roformer", "separation")
@@ -699,7 +699,7 @@ def mel_band_roformer():
     model = MelBandRoformer(dim=16, depth=1, num_bands=4, dim_freqs_in=33, stft_n_fft=64, stft_hop_length=16,
                             stft_win_length=64, heads=2, dim_head=8, flash_attn=False, sample_rate=8000,
                             time_transformer_depth=1, freq_transformer_depth=1, attn_dropout=0.0, ff_dropout=0.0)
-    return _job(model, wave(), out("time_out"))
+    return _job(model, wave(), out(1, "time_out"))
 
 
 # ---------------------------------------------------------------- whisper

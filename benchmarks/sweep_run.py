@@ -30,6 +30,7 @@ from onnx_compat.spec import Dim, dim_sizes, make_inputs, size_name
 
 STEPS = ("vanilla_ts", "vanilla_dynamo", "patched_ts", "patched_dynamo", "auto")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TRANSLATING = re.compile(r"Occurred when translating (\w+)")
 _WRAPPERS = ("TorchExportError", "ConversionError", "OnnxExporterError")
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) for m in (torch, onnx_compat, onnx)) + (os.path.dirname(__file__),)
 _SKIP_PACKAGES = ("onnxscript", "onnx_ir", "onnxruntime")
@@ -54,12 +55,16 @@ def root_cause(exc: BaseException) -> str:
     """The exporter's real error in one line: past its wrappers, the ``<class 'X'>: ...`` line if it has one."""
     while exc.__cause__ is not None and type(exc).__name__ in _WRAPPERS:
         exc = exc.__cause__
-    lines = [ln.strip() for ln in _ANSI.sub("", str(exc)).splitlines() if ln.strip()]
+    text = _ANSI.sub("", str(exc))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # the TorchScript exporter names the op it was translating on another line
+    op = _TRANSLATING.search(text)
+    suffix = f" (translating {op.group(1)})" if op and op.group(1) not in lines[0] else ""
     for line in lines:
         if line.startswith("<class '") and "'>: " in line:
             kind, _, message = line.partition("'>: ")
-            return f"{kind[len('<class '):].split('.')[-1]}: {message}"
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+            return f"{kind[len('<class '):].split('.')[-1]}: {message}{suffix}"
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}{suffix}"
 
 
 def library_frame(exc: BaseException) -> str:
