@@ -1,0 +1,168 @@
+"""Minimal reproductions of the sweep's failure patterns: a few lines of code each, in the form
+the third-party library writes it, exported by both exporters with and without ``patched()``.
+
+Needs only torch, onnx, onnxruntime and onnx_compat (the test env will do):
+
+    python benchmarks/sweep_repros.py                 # every pattern, a line per exporter
+    python benchmarks/sweep_repros.py --only fold     # those whose name contains "fold"
+
+Each export is at B=3/T=37 with ``batch`` and ``time`` dynamic; the check is ONNX Runtime against
+eager at B=1/T=23. ``docs/sweep.md`` says which models each pattern stops.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Dict
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import onnx_compat
+
+
+@dataclass(frozen=True)
+class Repro:
+    module: Callable[[], nn.Module]
+    where: str  # the library code it stands for
+    example: Callable[[int, int], torch.Tensor] = lambda b, t: torch.randn(b, t)
+
+
+REPROS: Dict[str, Repro] = {}
+
+
+def repro(where: str, example=None):
+    def register(cls):
+        REPROS[cls.__name__] = Repro(cls, where, *(() if example is None else (example,)))
+        return cls
+    return register
+
+
+@repro("asteroid masknn/norms.py (gLN, cLN): ConvTasNet, DPRNN, DPTNet, LSTMTasNet, SuDORMRF, DeMask")
+class ReductionDimsTolist(nn.Module):
+    def forward(self, x):
+        dims = torch.arange(1, len(x.shape)).tolist()
+        mean = x.mean(dim=dims, keepdim=True)
+        var = torch.var(x, dim=dims, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + 1e-8)
+
+
+@repro("asteroid masknn/convolutional.py _fix_dcu_input_dims (DCUNet)")
+class IntOfConstantTensor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.prod = np.array([4, 8])
+
+    def forward(self, x):
+        k = int(torch.from_numpy(self.prod)[1])
+        return F.pad(x, (0, (k - x.shape[-1] % k) % k))
+
+
+@repro("asteroid dsp/overlap_add.py DualPathProcessing.fold (DPRNN, DPTNet)")
+class FoldDynamicOutput(nn.Module):
+    def forward(self, x):
+        b, t = x.shape
+        frames = F.unfold(x[:, None, :, None], kernel_size=(8, 1), padding=(8, 0), stride=(4, 1))
+        return F.fold(frames, (t, 1), kernel_size=(8, 1), padding=(8, 0), stride=(4, 1)).reshape(b, t)
+
+
+@repro("julius core.unfold (LowPassFilter, SplitBands, fft_conv1d)")
+class AsStridedFrames(nn.Module):
+    def forward(self, x):
+        length = x.shape[-1]
+        n_frames = math.ceil((max(length, 8) - 8) / 4) + 1
+        padded = F.pad(x, (0, (n_frames - 1) * 4 + 8 - length)).contiguous()
+        frames = padded.as_strided([x.shape[0], n_frames, 8], [padded.stride(0), 4, 1])
+        return frames.sum(-1)
+
+
+@repro("encodec modules/conv.py get_extra_padding_for_conv1d; the same in DAC, SNAC, vocos")
+class CeilOfLength(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 4, 8, stride=4)
+
+    def forward(self, x):
+        length = x.shape[-1]
+        ideal = (math.ceil((length - 8) / 4 + 1) - 1) * 4 + 8
+        return self.conv(F.pad(x[:, None], (0, ideal - length)))
+
+
+def _export(model, x, exporter: str) -> onnx.ModelProto:
+    axes = {0: "batch", x.dim() - 1: "time"}
+    if exporter == "torchscript":
+        buf = io.BytesIO()
+        torch.onnx.export(model, (x,), buf, dynamo=False, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": axes})
+        return onnx.load_from_string(buf.getvalue())
+    dims = {a: torch.export.Dim(n, min=2) for a, n in axes.items()}
+    return torch.onnx.export(model, (x,), dynamo=True, dynamic_shapes=(dims,), input_names=["x"],
+                             output_names=["y"]).model_proto
+
+
+@contextlib.contextmanager
+def _silenced_fds():
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def outcome(name: str, exporter: str, patches: bool) -> str:
+    """"ok", "wrong at B=1/T=23: ..." or "export fails: <first line>"."""
+    r = REPROS[name]
+    model = r.module().eval()
+    x, x_new = r.example(3, 37), r.example(1, 23)
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+            stack.enter_context(_silenced_fds())  # the TorchScript exporter prints its graph from C++
+            if patches:
+                stack.enter_context(onnx_compat.patched())
+            proto = _export(model, x, exporter)
+    except Exception as exc:
+        while exc.__cause__ is not None and type(exc).__name__ in ("TorchExportError", "ConversionError"):
+            exc = exc.__cause__
+        return f"export fails: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:140]}"
+    got = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x_new.numpy()})[0]
+    with torch.no_grad():
+        expected = model(x_new).numpy()
+    if got.shape != expected.shape:
+        return f"wrong at B=1/T=23: shape {list(got.shape)}, eager {list(expected.shape)}"
+    if not np.allclose(got, expected, atol=1e-4, rtol=1e-3):
+        return f"wrong at B=1/T=23: max abs err {np.abs(got - expected).max():.3g}"
+    return "ok"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="patterns whose name contains this (repeatable)")
+    args = parser.parse_args(argv)
+    names = [n for n in REPROS if not args.only or any(o.lower() in n.lower() for o in args.only)]
+    for name in names:
+        print(f"{name}  ({REPROS[name].where})")
+        for exporter in ("torchscript", "dynamo"):
+            for patches in (False, True):
+                label = f"{'patched' if patches else 'vanilla'} {exporter}"
+                print(f"    {label:20s} {outcome(name, exporter, patches)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
