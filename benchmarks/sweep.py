@@ -121,6 +121,8 @@ def cell(outcome) -> str:
         return "–"
     if outcome["stage"] == "ok" and "exporter" in outcome:
         return f"ok ({outcome['exporter']})"
+    if outcome["stage"] == "numbers" and "has shape" in outcome.get("error", ""):
+        return "wrong shape"
     return _CELL.get(outcome["stage"], outcome["stage"])
 
 
@@ -152,7 +154,8 @@ def errors_table(rows: List[dict]) -> str:
             errors = o.get("attempts") or {"": o.get("error", "")}
             for exporter, error in errors.items():
                 what = f"{step} ({exporter})" if exporter else step
-                lines.append(f"| {r['model']} | {what} | {_md(_short(error, 220))} | {_md(o.get('where', ''))} |")
+                where = o.get("where") or ("baked at " + ", ".join(o["baked_at"]) if o.get("baked_at") else "")
+                lines.append(f"| {r['model']} | {what} | {_md(_short(error, 220))} | {_md(where)} |")
     return "\n".join(lines)
 
 

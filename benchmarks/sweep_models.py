@@ -63,14 +63,15 @@ def out(*dims, lengths=()):
 
 
 class Seeded(nn.Module):
-    """Calls ``fn(model, *inputs)``: the adapter a user writes around a library's forward."""
+    """Calls ``fn(model, data[, lengths])``: the adapter a user writes around a library's forward.
+    Named arguments, not ``*args``: torch.export matches ``dynamic_shapes`` to the signature."""
 
     def __init__(self, model: nn.Module, fn: Callable):
         super().__init__()
         self.model, self.fn = model, fn
 
-    def forward(self, *args):
-        return self.fn(self.model, *args)
+    def forward(self, data, lengths=None):
+        return self.fn(self.model, data) if lengths is None else self.fn(self.model, data, lengths)
 
 
 def _mask(data, lengths, axis=1):
@@ -262,7 +263,8 @@ def _snac(window):
     import snac
     # dim_head is fixed at 64: the attention needs 64 channels for one head
     return snac.SNAC(sampling_rate=8000, encoder_dim=16, encoder_rates=[2, 4], decoder_dim=64, decoder_rates=[4, 2],
-                     attn_window_size=window, codebook_size=32, codebook_dim=4, vq_strides=[4, 2, 1])
+                     attn_window_size=window, codebook_size=32, codebook_dim=4, vq_strides=[4, 2, 1],
+                     noise=False)  # its NoiseBlock adds torch.randn in eval too: no two eager runs agree
 
 
 @entry("snac", "codec")

@@ -6,11 +6,29 @@ regex knows stays "unclassified: <error>" so it shows up in the ranking.
 """
 from __future__ import annotations
 
+import linecache
 import re
 from typing import Dict, List, Tuple
 
 # (name, regex over "error || where"); first match wins, so the specific ones come first
 PATTERNS: Tuple[Tuple[str, str], ...] = (
+    ("harness: *args forward (dynamic_shapes structure)", r"mismatch between the structure of `inputs` and `dynamic_shapes`"),
+    ("timeout: dynamo export past the step limit", r"^timeout after"),
+    ("reduction dims from torch.arange(...).tolist() (dynamo)", r"GuardOnDataDependentSymNode.*\|\|.*(dim=dims|\.tolist\(\))"),
+    ("int() of a constant tensor made in forward (dynamo)", r"GuardOnDataDependentSymNode.*\|\|.*\bint\(\w+\["),
+    ("F.fold with a dynamic output size (TorchScript)", r"translating col2im"),
+    ("as_strided framing from x.stride() (dynamo)", r"aten\.sym_stride"),
+    ("size arithmetic through torch.as_tensor / sympy Float (dynamo)",
+     r"symbolically traced variables cannot be used as inputs to control flow"),
+    ("ComplexPair into a torch.jit.script(_if_tracing) function (patched TorchScript)", r"found type 'ComplexPair'"),
+    ("in-place update of an indexed slice in a scripted function (TorchScript)", r"cur_dim == dim INTERNAL ASSERT"),
+    ("aten.clamp with a tensor min and a float max after decomposition (dynamo)",
+     r"compatible OpOverload for aten\.clamp"),
+    ("complex tensors / FFT (vanilla TorchScript; patched() covers)",
+     r"aten::(fft_\w+|view_as_complex|view_as_real|stft|istft|complex)'|Unknown number type: complex|"
+     r"STFT does not currently support complex"),
+    ("dynamo made a dynamic dim static (a guard on its size)", r"DimSpecialized|^\S+ axis \d+ \(\w+\) is \d+"),
+    ("math.ceil / float arithmetic on a size baked (TorchScript)", r"baked at [^|]*(math\.ceil|ceil\()"),
 )
 
 
@@ -22,28 +40,57 @@ def pattern_of(error: str, where: str = "") -> str:
     return "unclassified: " + error[:90]
 
 
+_FROZEN_AT = re.compile(r"Python code at (\S+?):(\d+)")
+
+
+def _frozen_line(error: str) -> str:
+    """onnx_compat's hint on a TorchScript failure names where a size was frozen; its source line."""
+    found = _FROZEN_AT.search(error)
+    if not found:
+        return ""
+    path, line = found.group(1), int(found.group(2))
+    return f"baked at {path.split('site-packages/')[-1]}:{line} {linecache.getline(path, line).strip()}"
+
+
 def _failures(result: dict) -> List[Tuple[str, str, str]]:
-    """(step, error, where) of every failed step; export(auto)'s attempts one by one."""
+    """(step, error, evidence) of every failed step; export(auto)'s attempts one by one."""
     out = []
     for step, o in result.get("steps", {}).items():
+        evidence = " ".join([o.get("where", "")] + ["baked at " + b for b in o.get("baked_at", [])])
         if step == "auto":
             label = "auto" if o["stage"] != "ok" else "auto-fallback"
             for exporter, error in (o.get("attempts") or {}).items():
-                out.append((f"{label}:{exporter}", error, o.get("where", "")))
+                out.append((f"{label}:{exporter}", error, _frozen_line(error)))
             if o["stage"] != "ok" and not o.get("attempts"):
-                out.append(("auto", o.get("error", ""), o.get("where", "")))
+                out.append(("auto", o.get("error", ""), evidence))
         elif o["stage"] != "ok":
-            out.append((step, o.get("error", ""), o.get("where", "")))
+            out.append((step, o.get("error", ""), evidence))
     return out
 
 
+def _same_error(error: str, other: str) -> bool:
+    """The pipeline's error is the plain step's, with a hint appended (or the op name left off)."""
+    a, b = (re.sub(r"^VerificationError: ", "", e).split(" [a size was frozen")[0][:80] for e in (error, other))
+    return a.startswith(b) or b.startswith(a)
+
+
 def classify(result: dict) -> dict:
-    """Adds ``pattern_steps`` ({pattern: [steps]}) and ``patterns`` (for the table) to a sweep row."""
+    """Adds ``pattern_steps`` ({pattern: [steps]}) and ``patterns`` (for the table) to a sweep row.
+    An export(auto) attempt whose error is a plain step's error gets that step's pattern (the plain
+    steps carry the library line; the pipeline's one-line error does not)."""
     found: Dict[str, List[str]] = {}
     if "build" in result:
         found.setdefault("does not build: " + result["build"]["error"][:80], []).append("build")
-    for step, error, where in _failures(result):
-        found.setdefault(pattern_of(error, where), []).append(step)
+    failures = _failures(result)
+    named = {step: pattern_of(error, where) for step, error, where in failures}
+    for step, error, where in failures:
+        pattern = named[step]
+        if pattern.startswith("unclassified") and step.startswith("auto"):
+            exporter = step.split(":")[-1][:3]  # "dyn" / "tor"
+            same = [named[s] for s, e, _ in failures if not s.startswith("auto") and _same_error(error, e)
+                    and (s.endswith("_ts") if exporter == "tor" else s.endswith("_dynamo"))]
+            pattern = same[-1] if same else pattern
+        found.setdefault(pattern, []).append(step)
     result["pattern_steps"] = found
     result["patterns"] = [f"{p} ({', '.join(_short_steps(s))})" for p, s in found.items()]
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import linecache
 import logging
 import os
 import re
@@ -129,7 +130,8 @@ def plain_step(job: dict, exporter: str, patches: bool) -> dict:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     export_fn = _export_ts if exporter == "torchscript" else _export_dynamo
     try:
-        with contextlib.ExitStack() as stack:
+        with contextlib.ExitStack() as stack, warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
             if patches:
                 stack.enter_context(onnx_compat.patched())
             proto = export_fn(model, args, inputs, outputs)
@@ -138,6 +140,25 @@ def plain_step(job: dict, exporter: str, patches: bool) -> dict:
     finally:
         model.load_state_dict(state)
         model.eval()
+    baked_at = _baked_at(records)
+    outcome = _checked(proto, model, inputs, outputs, example)
+    return {**outcome, "baked_at": baked_at} if baked_at and outcome["stage"] != "ok" else outcome
+
+
+def _baked_at(records) -> List[str]:
+    """Library lines where tracing turned a tensor into a Python number (TorchScript's TracerWarnings)."""
+    found: List[str] = []
+    for r in records:
+        path = os.path.abspath(r.filename or "")
+        if not issubclass(r.category, torch.jit.TracerWarning) or path.startswith(_SKIP_DIRS):
+            continue
+        line = f"{path.split('site-packages' + os.sep)[-1]}:{r.lineno} {linecache.getline(path, r.lineno).strip()}"
+        if line not in found:
+            found.append(line)
+    return found[:4]
+
+
+def _checked(proto, model, inputs, outputs, example) -> dict:
     baked = _baked(proto, list(inputs) + list(outputs))
     if baked:
         return {"stage": "dims", "error": baked, "nodes": len(proto.graph.node)}
