@@ -235,6 +235,17 @@ def write_block(path: str, text: str) -> None:
         f.write(text if text.endswith("\n") else text + "\n")
 
 
+def _round_robin(names: List[str]) -> List[str]:
+    by_library: Dict[str, List[str]] = {}
+    for n in names:
+        by_library.setdefault(ENTRIES[n].library, []).append(n)
+    queues = list(by_library.values())
+    out: List[str] = []
+    while any(queues):
+        out += [q.pop(0) for q in queues if q]
+    return out
+
+
 def main(argv=None) -> List[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="models whose name contains this (repeatable)")
@@ -243,13 +254,24 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--json", help="write the rows here (and resume from it with --resume)")
     parser.add_argument("--resume", action="store_true", help="keep rows already in --json")
     parser.add_argument("--write", help="write the tables into this markdown file")
+    parser.add_argument("--interleave", action="store_true",
+                        help="one model per library in turn (a run cut short still covers every library)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="combine the rows of these runs (a later file's step replaces an earlier one's) into "
+                             "--json and --write; no exports")
     parser.add_argument("--rescore", action="store_true", help="re-classify the rows of --json, no exports")
     args = parser.parse_args(argv)
     steps = tuple(s for s in args.steps.split(",") if s)
     unknown = set(steps) - set(STEPS)
     if unknown:
         parser.error(f"unknown steps {sorted(unknown)}; choose from {STEPS}")
+    if args.merge:
+        rows = merged(args.merge)
+        _write(args, rows)
+        return rows
     names = [n for n in ENTRIES if not args.only or any(o in n for o in args.only)]
+    if args.interleave:
+        names = _round_robin(names)
     done = {r["model"]: r for r in (_load(args.json) or [])} if args.json and (args.resume or args.rescore) else {}
     rows = []
     for name in names:
@@ -264,6 +286,11 @@ def main(argv=None) -> List[dict]:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows + [r for n, r in done.items() if n not in names], f, indent=1)
+    _write(args, rows)
+    return rows
+
+
+def _write(args, rows: List[dict]) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -272,7 +299,20 @@ def main(argv=None) -> List[dict]:
         write_block(args.write, text)
     else:
         print(text)
-    return rows
+
+
+def merged(paths: List[str]) -> List[dict]:
+    """Rows of several runs (parallel workers, a re-run of some steps) in the list's order, re-classified."""
+    rows: Dict[str, dict] = {}
+    for path in paths:
+        loaded = _load(path) or []
+        for r in [loaded] if isinstance(loaded, dict) else loaded:  # a list of rows, or one model's file
+            row = rows.setdefault(r["model"], {k: v for k, v in r.items() if k not in ("steps", "running")}
+                                  | {"steps": {}})
+            if "build" in r:
+                row["build"] = r["build"]
+            row["steps"].update(r.get("steps", {}))
+    return [classify(rows[n]) for n in ENTRIES if n in rows]
 
 
 if __name__ == "__main__":

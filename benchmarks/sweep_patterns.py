@@ -24,11 +24,19 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
     ("in-place update of an indexed slice in a scripted function (TorchScript)", r"cur_dim == dim INTERNAL ASSERT"),
     ("aten.clamp with a tensor min and a float max after decomposition (dynamo)",
      r"compatible OpOverload for aten\.clamp"),
-    ("complex tensors / FFT (vanilla TorchScript; patched() covers)",
+    ("complex tensors / FFT (vanilla; patched() covers)",
      r"aten::(fft_\w+|view_as_complex|view_as_real|stft|istft|complex)'|Unknown number type: complex|"
-     r"STFT does not currently support complex"),
+     r"STFT does not currently support complex|complex-valued input"),
+    ("assert on tensor values, e.g. assert (env > eps).all() (dynamo)",
+     r"Could not guard on data-dependent expression.*\|\|.*\bassert\b"),
+    ("Python if on a tensor buffer, e.g. a cache length (dynamo)", r"Could not guard on data-dependent expression"),
+    ("einops on a ComplexPair (patched TorchScript: stft output into rearrange)", r"Tensor type unknown to einops"),
+    ("a size traced as a 0-d tensor, then used as an int (TorchScript)",
+     r"Dimension specified as -?\d+ but tensor has no dimensions"),
+    ("len(tensor) as the batch size (TorchScript bakes B)", r"baked at [^|]*\blen\(\w+\)"),
     ("dynamo made a dynamic dim static (a guard on its size)", r"DimSpecialized|^\S+ axis \d+ \(\w+\) is \d+"),
     ("math.ceil / float arithmetic on a size baked (TorchScript)", r"baked at [^|]*(math\.ceil|ceil\()"),
+    ("other size frozen while tracing, named by a TracerWarning (TorchScript)", r"baked at "),
 )
 
 

@@ -104,7 +104,7 @@ def _export(model, x, exporter: str) -> onnx.ModelProto:
         torch.onnx.export(model, (x,), buf, dynamo=False, input_names=["x"], output_names=["y"],
                           dynamic_axes={"x": axes})
         return onnx.load_from_string(buf.getvalue())
-    dims = {a: torch.export.Dim(n, min=2) for a, n in axes.items()}
+    dims = {a: torch.export.Dim(n, min=1) for a, n in axes.items()}
     return torch.onnx.export(model, (x,), dynamo=True, dynamic_shapes=(dims,), input_names=["x"],
                              output_names=["y"]).model_proto
 
