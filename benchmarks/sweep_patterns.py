@@ -29,14 +29,21 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
      r"STFT does not currently support complex|complex-valued input"),
     ("assert on tensor values, e.g. assert (env > eps).all() (dynamo)",
      r"Could not guard on data-dependent expression.*\|\|.*\bassert\b"),
+    ("Python loop over the batch: int(lengths[i] * T) per item (both)", r"Could not guard on data-dependent.*\|\|.*"
+     r"lengths\[\w+\]|baked at [^|]*int\([^|]*lengths\[\w+\]"),
     ("Python if on a tensor buffer, e.g. a cache length (dynamo)", r"Could not guard on data-dependent expression"),
+    ("conv weight made from the input's shape, e.g. filter.expand(C, -1, -1) (TorchScript)",
+     r"convolution for kernel of unknown shape"),
     ("einops on a ComplexPair (patched TorchScript: stft output into rearrange)", r"Tensor type unknown to einops"),
-    ("a size traced as a 0-d tensor, then used as an int (TorchScript)",
-     r"Dimension specified as -?\d+ but tensor has no dimensions"),
+    ("a size traced as a 0-d tensor, then used as a Python number (TorchScript)",
+     r"Dimension specified as -?\d+ but tensor has no dimensions|has no attribute 'is_integer'"),
     ("len(tensor) as the batch size (TorchScript bakes B)", r"baked at [^|]*\blen\(\w+\)"),
     ("dynamo made a dynamic dim static (a guard on its size)", r"DimSpecialized|^\S+ axis \d+ \(\w+\) is \d+"),
     ("math.ceil / float arithmetic on a size baked (TorchScript)", r"baked at [^|]*(math\.ceil|ceil\()"),
     ("other size frozen while tracing, named by a TracerWarning (TorchScript)", r"baked at "),
+    ("a size frozen with no TracerWarning, e.g. x.data.shape (TorchScript: a Reshape fails at new sizes)",
+     r"running Reshape node"),
+    ("wrong numbers at new sizes, cause not isolated", r"max abs err"),
 )
 
 
@@ -85,7 +92,7 @@ def _same_error(error: str, other: str) -> bool:
 def classify(result: dict) -> dict:
     """Adds ``pattern_steps`` ({pattern: [steps]}) and ``patterns`` (for the table) to a sweep row.
     An export(auto) attempt whose error is a plain step's error gets that step's pattern (the plain
-    steps carry the library line; the pipeline's one-line error does not)."""
+    steps carry the library line and every TracerWarning; the pipeline's error names one line)."""
     found: Dict[str, List[str]] = {}
     if "build" in result:
         found.setdefault("does not build: " + result["build"]["error"][:80], []).append("build")
@@ -93,7 +100,7 @@ def classify(result: dict) -> dict:
     named = {step: pattern_of(error, where) for step, error, where in failures}
     for step, error, where in failures:
         pattern = named[step]
-        if pattern.startswith("unclassified") and step.startswith("auto"):
+        if step.startswith("auto"):
             exporter = step.split(":")[-1][:3]  # "dyn" / "tor"
             same = [named[s] for s, e, _ in failures if not s.startswith("auto") and _same_error(error, e)
                     and (s.endswith("_ts") if exporter == "tor" else s.endswith("_dynamo"))]
