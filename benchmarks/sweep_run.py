@@ -222,21 +222,24 @@ def _save(path: str, result: dict) -> None:
 
 
 def child(name: str, out: str, steps=STEPS) -> None:
-    """Build one model and run the steps, saving after each so a timeout keeps what finished."""
+    """Run the steps on one model, each on a fresh build (same seed): a step must not see what an earlier
+    one left in the model (rotary-embedding-torch caches its frequencies at the traced length, so a later
+    trace takes the cached branch and bakes that length). Saved after each step, so a timeout keeps what
+    finished."""
     from sweep_models import ENTRIES
     torch.set_num_threads(1)
     entry = ENTRIES[name]
     result = {"model": name, "library": entry.library, "kind": entry.kind, "steps": {}, "running": None}
     _save(out, result)
-    try:
-        with _quiet():
-            job = entry.build()
-            job["model"].eval()
-    except Exception as exc:
-        result["build"] = {"error": root_cause(exc), "where": library_frame(exc)}
-        _save(out, result)
-        return
     for step in steps:
+        try:
+            with _quiet():
+                job = entry.build()
+                job["model"].eval()
+        except Exception as exc:
+            result["build"] = {"error": root_cause(exc), "where": library_frame(exc)}
+            _save(out, result)
+            return
         result["running"] = step
         _save(out, result)
         t0 = time.perf_counter()
