@@ -7,7 +7,7 @@ Needs only torch, onnx, onnxruntime and onnx_compat (the test env will do):
     python benchmarks/sweep_repros.py --only fold     # those whose name contains "fold"
 
 Each export is at B=3/T=37 with ``batch`` and ``time`` dynamic; the check is ONNX Runtime against
-eager at B=1/T=23. ``docs/sweep.md`` says which models each pattern stops.
+eager at B=1/T=23 (T=53 for the cache pattern, which breaks only past the length it cached). ``docs/sweep.md`` says which models each pattern stops.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import contextlib
 import io
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict
@@ -34,15 +35,16 @@ import onnx_compat
 class Repro:
     module: Callable[[], nn.Module]
     where: str  # the library code it stands for
+    warm: bool = False  # the model runs once in eager before the export (as onnx_compat.export does)
     example: Callable[[int, int], torch.Tensor] = lambda b, t: torch.randn(b, t)
 
 
 REPROS: Dict[str, Repro] = {}
 
 
-def repro(where: str, example=None):
+def repro(where: str, warm: bool = False):
     def register(cls):
-        REPROS[cls.__name__] = Repro(cls, where, *(() if example is None else (example,)))
+        REPROS[cls.__name__] = Repro(cls, where, warm)
         return cls
     return register
 
@@ -171,6 +173,23 @@ class SizeThroughAsTensor(nn.Module):
         return y[..., :out_length]
 
 
+@repro("rotary-embedding-torch RotaryEmbedding.forward's frequency cache (bs-roformer, mel-band-roformer, "
+       "any model using it); any forward before the export fills it", warm=True)
+class CacheFilledByEagerRun(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cached, self.cached_len = None, 0
+
+    def forward(self, x):
+        t = x.shape[-1]
+        if self.cached is not None and t <= self.cached_len:
+            positions = self.cached[:t]
+        else:
+            positions = torch.arange(t, dtype=x.dtype)
+            self.cached, self.cached_len = positions.detach(), t
+        return x * positions
+
+
 def _export(model, x, exporter: str) -> onnx.ModelProto:
     axes = {0: "batch", x.dim() - 1: "time"}
     if exporter == "torchscript":
@@ -199,10 +218,13 @@ def _silenced_fds():
 
 
 def outcome(name: str, exporter: str, patches: bool) -> str:
-    """"ok", "wrong at B=1/T=23: ..." or "export fails: <first line>"."""
+    """"ok", "wrong at B=1/T={x_new.shape[-1]}: ..." or "export fails: <first line>"."""
     r = REPROS[name]
     model = r.module().eval()
-    x, x_new = r.example(3, 37), r.example(1, 23)
+    x, x_new = r.example(3, 37), r.example(1, 53 if r.warm else 23)
+    if r.warm:
+        with torch.no_grad():
+            model(x)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(warnings.catch_warnings())
@@ -216,16 +238,19 @@ def outcome(name: str, exporter: str, patches: bool) -> str:
             exc = exc.__cause__
         return f"export fails: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:140]}"
     try:
-        got = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x_new.numpy()})[0]
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # the failure is reported below, once
+        got = ort.InferenceSession(proto.SerializeToString(), options).run(None, {"x": x_new.numpy()})[0]
     except Exception as exc:  # the graph froze a dim, or a Reshape the example's sizes
         message = str(exc).split("Status Message: ")[-1].strip().splitlines()[0]
-        return f"ONNX Runtime fails at B=1/T=23: {message[:140]}"
+        message = re.sub(r"^\S+\.(cc|h):\d+ (\S+\(.*?\) )?", "", message)
+        return f"ONNX Runtime fails at B=1/T={x_new.shape[-1]}: {message[:140]}"
     with torch.no_grad():
         expected = model(x_new).numpy()
     if got.shape != expected.shape:
-        return f"wrong at B=1/T=23: shape {list(got.shape)}, eager {list(expected.shape)}"
+        return f"wrong at B=1/T={x_new.shape[-1]}: shape {list(got.shape)}, eager {list(expected.shape)}"
     if not np.allclose(got, expected, atol=1e-4, rtol=1e-3):
-        return f"wrong at B=1/T=23: max abs err {np.abs(got - expected).max():.3g}"
+        return f"wrong at B=1/T={x_new.shape[-1]}: max abs err {np.abs(got - expected).max():.3g}"
     return "ok"
 
 
