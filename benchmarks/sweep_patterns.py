@@ -27,8 +27,17 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
     ("complex tensors / FFT (vanilla; patched() covers)",
      r"aten::(fft_\w+|view_as_complex|view_as_real|stft|istft|complex)'|Unknown number type: complex|"
      r"STFT does not currently support complex|complex-valued input"),
+
     ("assert on tensor values, e.g. assert (env > eps).all() (dynamo)",
      r"Could not guard on data-dependent expression.*\|\|.*\bassert\b"),
+    ("onnx_compat stft/istft patch given n_fft/win_length as 0-d tensors (sizes traced as tensors, patched TorchScript)",
+     r"SpectralError: torch\.(i?stft): invalid n_fft=tensor"),
+    ("Python while loop over frame windows with int(tensor) (dynamo; TorchScript bakes the count)",
+     r"GuardOnDataDependentSymNode.*\|\|.*int\(\w+\[-1\]\)|baked at [^|]*while \w+ < \w+"),
+    ("onnx_ir pass fails after inlining (dynamo exporter bug)", r"PassError: An error occurred when running"),
+    ("SDPA on tensors with ceil-div symbolic dims: onnxscript's translation fails (dynamo)",
+     r"GraphConstructionError: .*aten_scaled_dot_product_attention"),
+    ("the model's returned lengths exceed its output length (spec check)", r"lengths \[[^]]*\] do not fit dim"),
     ("Python loop over the batch: int(lengths[i] * T) per item (both)", r"Could not guard on data-dependent.*\|\|.*"
      r"lengths\[\w+\]|baked at [^|]*int\([^|]*lengths\[\w+\]"),
     ("Python if on a tensor buffer, e.g. a cache length (dynamo)", r"Could not guard on data-dependent expression"),
@@ -106,9 +115,30 @@ def classify(result: dict) -> dict:
                     and (s.endswith("_ts") if exporter == "tor" else s.endswith("_dynamo"))]
             pattern = same[-1] if same else pattern
         found.setdefault(pattern, []).append(step)
+    _blame_eager_check(result, found)
     result["pattern_steps"] = found
     result["patterns"] = [f"{p} ({', '.join(_short_steps(s))})" for p, s in found.items()]
     return result
+
+
+EAGER_CHECK = "state left by export()'s eager check, e.g. a Python cache of a length (both)"
+
+
+def _blame_eager_check(result: dict, found: Dict[str, List[str]]) -> None:
+    """export(auto) gives other numbers where the same exporter, patched, on a fresh model verified: the
+    difference is the eager forward export() runs before tracing (rotary-embedding-torch fills its cache)."""
+    steps = result.get("steps", {})
+    auto = steps.get("auto", {})
+    for exporter, plain in (("dynamo", "patched_dynamo"), ("torchscript", "patched_ts")):
+        error = (auto.get("attempts") or {}).get(exporter, "")
+        if "max abs err" in error and steps.get(plain, {}).get("stage") == "ok":
+            label = ("auto:" if auto["stage"] != "ok" else "auto-fallback:") + exporter
+            for pattern, where in list(found.items()):
+                if label in where:
+                    where.remove(label)
+                    if not where:
+                        del found[pattern]
+            found.setdefault(EAGER_CHECK, []).append(label)
 
 
 _SHORT = {"vanilla_ts": "vTS", "vanilla_dynamo": "vDyn", "patched_ts": "pTS", "patched_dynamo": "pDyn",
