@@ -190,6 +190,16 @@ class CacheFilledByEagerRun(nn.Module):
         return x * positions
 
 
+@repro("bs-roformer / mel-band-roformer: view_as_complex(stft_repr) * mask, then einops.rearrange before istft")
+class EinopsOnComplex(nn.Module):
+    def forward(self, x):
+        from einops import rearrange  # einops is in the test env (the zoo's extra)
+        spec = torch.stft(x, 16, hop_length=4, window=torch.hann_window(16), return_complex=True)
+        spec = torch.view_as_complex(torch.view_as_real(spec))
+        spec = rearrange(spec, "b f t -> b f t")
+        return torch.view_as_real(spec).flatten(-2)
+
+
 def _export(model, x, exporter: str) -> onnx.ModelProto:
     axes = {0: "batch", x.dim() - 1: "time"}
     if exporter == "torchscript":
