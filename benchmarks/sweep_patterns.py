@@ -47,6 +47,8 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
     ("a size traced as a 0-d tensor, then used as a Python number (TorchScript)",
      r"Dimension specified as -?\d+ but tensor has no dimensions|has no attribute 'is_integer'"),
     ("len(tensor) as the batch size (TorchScript bakes B)", r"baked at [^|]*\blen\(\w+\)"),
+    ("pack_padded_sequence into an RNN (vanilla dynamo; patched() covers)",
+     r"zeros\(\): argument 'size' failed to unpack.*FakeTensor"),
     ("dynamo made a dynamic dim static (a guard on its size)", r"DimSpecialized|^\S+ axis \d+ \(\w+\) is \d+"),
     ("math.ceil / float arithmetic on a size baked (TorchScript)", r"baked at [^|]*(math\.ceil|ceil\()"),
     ("other size frozen while tracing, named by a TracerWarning (TorchScript)", r"baked at "),
