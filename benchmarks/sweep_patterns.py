@@ -50,6 +50,10 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
     ("pack_padded_sequence into an RNN (vanilla dynamo; patched() covers)",
      r"zeros\(\): argument 'size' failed to unpack.*FakeTensor"),
     ("dynamo made a dynamic dim static (a guard on its size)", r"DimSpecialized|^\S+ axis \d+ \(\w+\) is \d+"),
+    ("einx/einops shapes as Python ints: tuple(int(d) for d in x.shape) (TorchScript bakes; dynamo specialises)",
+     r"baked at [^|]*int\(\w+\) for \w+ in \w+\.shape"),
+    ("Python loop over time steps with the batch size kept on the module (speechbrain LiGRU)",
+     r"baked at [^|]*self\.batch_size != x\.sha"),
     ("math.ceil / float arithmetic on a size baked (TorchScript)", r"baked at [^|]*(math\.ceil|ceil\()"),
     ("other size frozen while tracing, named by a TracerWarning (TorchScript)", r"baked at "),
     ("a size frozen with no TracerWarning, e.g. x.data.shape (TorchScript: a Reshape fails at new sizes)",
@@ -94,16 +98,11 @@ def _failures(result: dict) -> List[Tuple[str, str, str]]:
     return out
 
 
-def _same_error(error: str, other: str) -> bool:
-    """The pipeline's error is the plain step's, with a hint appended (or the op name left off)."""
-    a, b = (re.sub(r"^VerificationError: ", "", e).split(" [a size was frozen")[0][:80] for e in (error, other))
-    return a.startswith(b) or b.startswith(a)
-
-
 def classify(result: dict) -> dict:
     """Adds ``pattern_steps`` ({pattern: [steps]}) and ``patterns`` (for the table) to a sweep row.
-    An export(auto) attempt whose error is a plain step's error gets that step's pattern (the plain
-    steps carry the library line and every TracerWarning; the pipeline's error names one line)."""
+    An export(auto) attempt gets the pattern of the patched step of its exporter when that failed too:
+    the same trace (the plain steps carry the library line and every TracerWarning; the pipeline's
+    error names one line)."""
     found: Dict[str, List[str]] = {}
     if "build" in result:
         found.setdefault("does not build: " + result["build"]["error"][:80], []).append("build")
@@ -111,11 +110,11 @@ def classify(result: dict) -> dict:
     named = {step: pattern_of(error, where) for step, error, where in failures}
     for step, error, where in failures:
         pattern = named[step]
-        if step.startswith("auto"):
-            exporter = step.split(":")[-1][:3]  # "dyn" / "tor"
-            same = [named[s] for s, e, _ in failures if not s.startswith("auto") and _same_error(error, e)
-                    and (s.endswith("_ts") if exporter == "tor" else s.endswith("_dynamo"))]
-            pattern = same[-1] if same else pattern
+        if step.startswith("auto") and ":" in step:
+            # the pipeline's attempt is the patched export of the same exporter (then cleanup and checks)
+            twin = "patched_ts" if step.endswith("torchscript") else "patched_dynamo"
+            same = [named[s] for s, e, _ in failures if s == twin]
+            pattern = same[0] if same else pattern
         found.setdefault(pattern, []).append(step)
     _blame_eager_check(result, found)
     result["pattern_steps"] = found
