@@ -218,7 +218,7 @@ def render(rows: List[dict], seconds: float) -> str:
         "`export(auto)`: `ok (exporter)` when `onnx_compat.export` verified a model.",
         "### Patterns by models stopped", ranking(rows),
         "### Every error", errors_table(rows),
-        f"Made by `taskset -c 1 python benchmarks/sweep.py --write docs/sweep.md --json docs/sweep.json` on "
+        f"Made by `benchmarks/sweep.py` (`--write`, `--json`; parallel workers joined with `--merge`) on "
         f"{machine()}; the steps took {seconds / 60:.0f} min in all.",
         "<!-- sweep:end -->"])
 
