@@ -1,0 +1,319 @@
+"""The wide sweep: third-party audio/speech models nobody here has looked at, each exported
+five ways (vanilla TorchScript and dynamo, both again under ``onnx_compat.patched()``, and
+``onnx_compat.export(exporter="auto")``), one subprocess per model with a timeout.
+
+Not part of CI: it needs the libraries of ``sweep_models.py`` beside torch, in a scratch venv:
+
+    python3 -m venv /work/scratch/sweep/venv && V=/work/scratch/sweep/venv/bin
+    $V/pip install torch==2.13.0                      # the local CPU wheel
+    $V/pip install onnx==1.23.2 onnxruntime==1.32.0 onnxscript==0.7.2 onnx-ir==1.1.0 numpy==2.4.6 \\
+        ml-dtypes==0.6.0 protobuf==7.36.2 wrapt==2.5.2
+    $V/pip install --no-deps -e .                     # onnx_compat from this checkout
+    $V/pip install --no-deps asteroid asteroid-filterbanks julius encodec descript-audio-codec \\
+        descript-audiotools snac vocos torchcrepe nnaudio torchlibrosa x-transformers local-attention \\
+        rotary-embedding-torch speechbrain torchaudio demucs openunmix bs-roformer openai-whisper \\
+        vector-quantize-pytorch bigvgan pytorch-tcn einops einx hyper-connections torch-einops-utils \\
+        PoPE-pytorch tensorboard randomname argbind docstring-parser importlib-resources
+    $V/pip install -c <(echo torch==2.13.0) soundfile flatten-dict pyyaml librosa loguru tqdm beartype \\
+        frozendict matplotlib hyperpyyaml sentencepiece huggingface_hub scipy joblib resampy ffmpy \\
+        tiktoken rich absl-py markdown grpcio
+    rm <venv>/lib/python3.11/site-packages/torchaudio/lib/*.so   # its pure-Python models import without them
+
+    taskset -c 1 $V/python benchmarks/sweep.py --write docs/sweep.md --json docs/sweep.json
+    $V/python benchmarks/sweep.py --only julius_lowpass --steps vanilla_ts,auto   # a quick look at one model
+
+``--only`` runs models whose name contains the text; a model whose library is not installed
+shows as "does not build". The patterns are named by ``sweep_patterns.py`` from each error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from sweep_models import ENTRIES  # noqa: E402
+from sweep_patterns import classify  # noqa: E402
+from sweep_run import STEPS  # noqa: E402
+
+COLUMNS = (("vanilla_ts", "vanilla TS"), ("vanilla_dynamo", "vanilla dynamo"), ("patched_ts", "patched TS"),
+           ("patched_dynamo", "patched dynamo"), ("auto", "export(auto)"))
+_ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def run_model(name: str, steps, timeout: float) -> dict:
+    """One model, each step bounded by ``timeout``: a hung step is killed (its process group) and marked,
+    and a fresh process runs the steps after it, so one hang does not hide the other outcomes."""
+    result: dict = {"model": name, "steps": {}}
+    remaining = list(steps)
+    while remaining:
+        part = _spawn(name, remaining, timeout)
+        result["steps"].update(part.get("steps", {}))
+        if "build" in part:
+            result["build"] = part["build"]
+            break
+        remaining = [s for s in remaining if s not in result["steps"]]
+    entry = ENTRIES[name]
+    result.update(model=name, library=entry.library, kind=entry.kind)
+    classify(result)
+    return result
+
+
+def _spawn(name: str, steps, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        path, err_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "stderr")
+        with open(err_path, "w") as err:
+            proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sweep_run.py"), name, path, ",".join(steps)],
+                                    env={**os.environ, **_ONE_CORE}, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
+            ended = _watch(proc, path, timeout)
+        result = _load(path) or {"model": name, "steps": {}, "running": steps[0]}
+        with open(err_path) as f:
+            tail = [ln for ln in f.read().splitlines() if ln.strip()][-1:]
+    running = result.pop("running", None)
+    if running:
+        result["steps"][running] = {"stage": "timeout" if ended else "crash",
+                                    "error": ended or (tail[0] if tail else f"exit {proc.returncode}")}
+    elif proc.returncode and "build" not in result and not result["steps"]:
+        result["build"] = {"error": tail[0] if tail else f"exit {proc.returncode}"}
+    return result
+
+
+def _watch(proc: subprocess.Popen, path: str, timeout: float):
+    """Wait for the child; kill its process group when one step has run longer than ``timeout``."""
+    step, since = None, time.monotonic()
+    while proc.poll() is None:
+        time.sleep(1)
+        running = (_load(path) or {}).get("running")
+        if running != step:
+            step, since = running, time.monotonic()
+        elif time.monotonic() - since > timeout:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"timeout after {timeout:.0f}s"
+    return None
+
+
+def _load(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+_CELL = {"ok": "ok", "export": "export ✗", "dims": "dim baked", "load": "load ✗", "run": "ORT ✗ new shape",
+         "numbers": "wrong numbers", "eager": "eager ✗", "timeout": "timeout", "crash": "crash", "failed": "✗"}
+
+
+def cell(outcome) -> str:
+    if outcome is None:
+        return "–"
+    if outcome["stage"] == "ok" and "exporter" in outcome:
+        return f"ok ({outcome['exporter']})"
+    if outcome["stage"] == "numbers" and "has shape" in outcome.get("error", ""):
+        return "wrong shape"
+    return _CELL.get(outcome["stage"], outcome["stage"])
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: List[dict]) -> str:
+    lines = ["| model | library | kind | " + " | ".join(title for _, title in COLUMNS) + " | pattern |",
+             "|" + "---|" * (len(COLUMNS) + 4)]
+    for r in rows:
+        if "build" in r:
+            cells = ["does not build"] * len(COLUMNS)
+        else:
+            cells = [cell(r["steps"].get(step)) for step, _ in COLUMNS]
+        lines.append("| " + " | ".join(_md(c) for c in [r["model"], r["library"], r["kind"], *cells,
+                                                          "; ".join(r.get("patterns", [])) or "–"]) + " |")
+    return "\n".join(lines)
+
+
+def errors_table(rows: List[dict]) -> str:
+    """Every failing step's one-line error and the library line it came from."""
+    lines = ["| model | step | error | library line |", "|---|---|---|---|"]
+    for r in rows:
+        for step, _ in COLUMNS:
+            o = r.get("steps", {}).get(step)
+            if not o or o["stage"] == "ok":
+                continue
+            errors = o.get("attempts") or {"": o.get("error", "")}
+            for exporter, error in errors.items():
+                what = f"{step} ({exporter})" if exporter else step
+                where = o.get("where") or ("baked at " + ", ".join(o["baked_at"]) if o.get("baked_at") else "")
+                lines.append(f"| {r['model']} | {what} | {_md(_short(error, 220))} | {_md(where)} |")
+    return "\n".join(lines)
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def pattern_counts(rows: List[dict]) -> Dict[str, Counter]:
+    """Per pattern: models it stops in export(auto), and models where it stops a vanilla exporter."""
+    counts: Dict[str, Counter] = {}
+    for r in rows:
+        for pattern, where in r.get("pattern_steps", {}).items():
+            c = counts.setdefault(pattern, Counter())
+            c["models"] += 1
+            c["auto"] += any(s.startswith("auto:") or s == "auto" for s in where)
+            c["vanilla"] += any(s.startswith("vanilla") for s in where)
+            c["patched"] += any(s.startswith("patched") for s in where)
+    return counts
+
+
+def summary(rows: List[dict]) -> str:
+    built = [r for r in rows if "build" not in r]
+    passed = [r for r in built if r["steps"].get("auto", {}).get("stage") == "ok"]
+    libraries = sorted({r["library"] for r in rows})
+    vanilla = [r for r in built if any(r["steps"].get(s, {}).get("stage") == "ok" for s in ("vanilla_ts", "vanilla_dynamo"))]
+    patched = [r for r in built if any(r["steps"].get(s, {}).get("stage") == "ok" for s in ("patched_ts", "patched_dynamo"))]
+    lines = [f"{len(rows)} models from {len(libraries)} libraries; {len(built)} build.",
+             f"- export(auto) verified: **{len(passed)}/{len(built)}** ({100 * len(passed) / max(len(built), 1):.0f} %)",
+             f"- some vanilla exporter verified: {len(vanilla)}/{len(built)}",
+             f"- some exporter verified under `patched()` alone: {len(patched)}/{len(built)}"]
+    return "\n".join(lines)
+
+
+def ranking(rows: List[dict]) -> str:
+    counts = pattern_counts(rows)
+    order = sorted(counts, key=lambda p: (-counts[p]["auto"], -counts[p]["models"], p))
+    lines = ["| pattern | models stopped in export(auto) | models where it fails some exporter | vanilla | patched |",
+             "|---|---|---|---|---|"]
+    for p in order:
+        c = counts[p]
+        lines.append(f"| {p} | {c['auto']} | {c['models']} | {c['vanilla']} | {c['patched']} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    import onnx
+    import onnxruntime
+    import torch
+    return (f"torch {torch.__version__}, onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, "
+            f"Python {platform.python_version()}, one core per model (OMP_NUM_THREADS=1)")
+
+
+def render(rows: List[dict], seconds: float) -> str:
+    return "\n\n".join([
+        "<!-- sweep:begin -->", summary(rows), "### Outcomes", table(rows),
+        "Cells: `ok`: exported, and ONNX Runtime matched the unpatched eager model at three shapes the export never "
+        "saw (B=1 first, other lengths); `export ✗`: the exporter raised; `dim baked`: a dim declared dynamic is a "
+        "number in the graph; `ORT ✗ new shape`: ONNX Runtime fails at a new shape; `wrong numbers`: it runs, with "
+        "other numbers than eager; `eager ✗`: the model itself fails at a verification shape. "
+        "`export(auto)`: `ok (exporter)` when `onnx_compat.export` verified a model.",
+        "### Patterns by models stopped", ranking(rows),
+        "### Every error", errors_table(rows),
+        f"Made by `benchmarks/sweep.py` (`--write`, `--json`; parallel workers joined with `--merge`) on "
+        f"{machine()}; the steps took {seconds / 60:.0f} min in all.",
+        "<!-- sweep:end -->"])
+
+
+def write_block(path: str, text: str) -> None:
+    """Replace the block between the sweep markers (the prose around it is written by hand)."""
+    begin, end = "<!-- sweep:begin -->", "<!-- sweep:end -->"
+    old = open(path).read() if os.path.exists(path) else ""
+    if begin in old and end in old:
+        text = old[:old.index(begin)] + text + old[old.index(end) + len(end):]
+    elif old:
+        text = old.rstrip("\n") + "\n\n" + text + "\n"
+    with open(path, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+
+
+def _round_robin(names: List[str]) -> List[str]:
+    by_library: Dict[str, List[str]] = {}
+    for n in names:
+        by_library.setdefault(ENTRIES[n].library, []).append(n)
+    queues = list(by_library.values())
+    out: List[str] = []
+    while any(queues):
+        out += [q.pop(0) for q in queues if q]
+    return out
+
+
+def main(argv=None) -> List[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="models whose name contains this (repeatable)")
+    parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per step")
+    parser.add_argument("--json", help="write the rows here (and resume from it with --resume)")
+    parser.add_argument("--resume", action="store_true", help="keep rows already in --json")
+    parser.add_argument("--write", help="write the tables into this markdown file")
+    parser.add_argument("--interleave", action="store_true",
+                        help="one model per library in turn (a run cut short still covers every library)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="combine the rows of these runs (a later file's step replaces an earlier one's) into "
+                             "--json and --write; no exports")
+    parser.add_argument("--rescore", action="store_true", help="re-classify the rows of --json, no exports")
+    args = parser.parse_args(argv)
+    steps = tuple(s for s in args.steps.split(",") if s)
+    unknown = set(steps) - set(STEPS)
+    if unknown:
+        parser.error(f"unknown steps {sorted(unknown)}; choose from {STEPS}")
+    if args.merge:
+        rows = merged(args.merge)
+        _write(args, rows)
+        return rows
+    names = [n for n in ENTRIES if not args.only or any(o in n for o in args.only)]
+    if args.interleave:
+        names = _round_robin(names)
+    done = {r["model"]: r for r in (_load(args.json) or [])} if args.json and (args.resume or args.rescore) else {}
+    rows = []
+    for name in names:
+        if name in done:
+            rows.append(classify(done[name]) if args.rescore else done[name])
+            continue
+        if args.rescore:
+            continue
+        rows.append(run_model(name, steps, args.timeout))
+        print(f"{name}: " + ", ".join(f"{s}={cell(o)}" for s, o in rows[-1]["steps"].items())
+              + (f" BUILD: {rows[-1]['build']['error']}" if "build" in rows[-1] else ""), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows + [r for n, r in done.items() if n not in names], f, indent=1)
+    _write(args, rows)
+    return rows
+
+
+def _write(args, rows: List[dict]) -> None:
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    text = render(rows, sum(o.get("seconds", 0) for r in rows for o in r.get("steps", {}).values()))
+    if args.write:
+        write_block(args.write, text)
+    else:
+        print(text)
+
+
+def merged(paths: List[str]) -> List[dict]:
+    """Rows of several runs (parallel workers, a re-run of some steps) in the list's order, re-classified."""
+    rows: Dict[str, dict] = {}
+    for path in paths:
+        loaded = _load(path) or []
+        for r in [loaded] if isinstance(loaded, dict) else loaded:  # a list of rows, or one model's file
+            row = rows.setdefault(r["model"], {k: v for k, v in r.items() if k not in ("steps", "running")}
+                                  | {"steps": {}})
+            if "build" in r:
+                row["build"] = r["build"]
+            row["steps"].update(r.get("steps", {}))
+    return [classify(rows[n]) for n in ENTRIES if n in rows]
+
+
+if __name__ == "__main__":
+    main()
