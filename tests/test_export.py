@@ -364,3 +364,35 @@ def test_a_torch_older_than_2_is_one_clear_import_error():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == ("ImportError: onnx_compat needs torch >= 2.0; this is torch "
                                                     "1.13.1 (pip install 'torch>=2.0')")
+
+
+class CachedPositions(nn.Module):
+    """A length-keyed cache on the module (rotary-embedding libraries keep one): after one eager call at
+    T, a trace at a length <= T takes the cached branch and bakes T into the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.cached, self.cached_len = None, 0
+
+    def forward(self, x):
+        t = x.shape[1]
+        if self.cached is not None and t <= self.cached_len:
+            pos = self.cached[:t]
+        else:
+            pos = torch.arange(t, dtype=x.dtype)
+            self.cached, self.cached_len = pos, t
+        return self.proj(x) + pos[None, :, None]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_cache_left_by_an_eager_call_does_not_reach_the_trace(exporter, tmp_path):
+    """The pipeline runs the model once before exporting (the output check): that call's cache must not
+    make the trace take the cached branch."""
+    torch.manual_seed(0)
+    model = CachedPositions()
+    b, t = Dim("batch"), Dim("time")
+    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("data", [b, t, 4])],
+                                [TensorSpec("output", [b, t, 4])], exporter=exporter)
+    assert all(c["ok"] for c in report.verification), report.summary()
+    assert model.cached is None and model.cached_len == 0  # the user's model as it was

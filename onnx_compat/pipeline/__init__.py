@@ -70,7 +70,8 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     report = Report(path=request.path, target=str(request.target) if request.target else None)
     with folder_for(request.path, request.spill) as spill, preserved(model):
         request.tell("checking the model's outputs")
-        request.subject.check_outputs()
+        with preserved(model):  # a forward that caches on the module (a length-keyed table) must not
+            request.subject.check_outputs()  # hand that cache to the trace that follows
         used = _first_verified(request, report, spill)
         stages.conclude(request, report, used)
         stages.write(request, report, used, spill)
@@ -84,7 +85,8 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
     for strategy in request.strategies:
         t0, record = time.perf_counter(), Attempt(strategy.name, False)
         try:
-            used = stages.attempt(strategy, request, spill, record)
+            with preserved(request.model):  # each exporter traces the model as the user gave it
+                used = stages.attempt(strategy, request, spill, record)
         except Exception as exc:
             found = stages.failed(exc, record, request, time.perf_counter() - t0)
             report.attempts.append(record)
