@@ -38,7 +38,7 @@ from torch.nn.utils.rnn import PackedSequence
 from onnx_compat import versions
 
 from onnx_compat.patches import when
-from onnx_compat.pipeline.capture import EXPORT_PARAMS
+
 from onnx_compat.patches.registry import Patch, register
 from onnx_compat.patches._lstm_projection import lstm_projected
 
@@ -71,12 +71,12 @@ def _fake(x, hx, params, bidirectional):
     return y, hx[0].new_empty(hx[0].shape), hx[-1].new_empty(hx[-1].shape)
 
 
-_DYNAMO_DEFAULT = EXPORT_PARAMS["dynamo"].default if "dynamo" in EXPORT_PARAMS else False
+_DYNAMO_DEFAULT = versions.EXPORT_PARAMS["dynamo"].default if "dynamo" in versions.EXPORT_PARAMS else False
 # From this release on, torch.onnx's dynamo exporter writes nn.LSTM/nn.GRU as one ONNX LSTM/GRU with a
 # dynamic T by itself (make test-matrix: 2.14.1 still bakes T). Packed input and proj_size still need the patch.
 DYNAMO_WRITES_RNN = "2.15"
 # torch.library.custom_op (torch >= 2.4) and the translation table of the dynamo exporter onnx_compat uses.
-SUPPORTED = versions.HAS_DYNAMO and hasattr(torch.library, "custom_op") and "custom_translation_table" in EXPORT_PARAMS
+SUPPORTED = versions.HAS_DYNAMO and hasattr(torch.library, "custom_op") and "custom_translation_table" in versions.EXPORT_PARAMS
 _custom_op = torch.library.custom_op if SUPPORTED else (lambda *a, **k: (lambda fn: fn))
 
 
