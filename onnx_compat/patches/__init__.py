@@ -10,3 +10,4 @@ from . import resize  # noqa: F401
 from . import sequences  # noqa: F401
 from . import transformers_helpers  # noqa: F401
 from . import spectral  # noqa: F401
+from . import overlap_add  # noqa: F401
