@@ -11,3 +11,4 @@ from . import sequences  # noqa: F401
 from . import transformers_helpers  # noqa: F401
 from . import spectral  # noqa: F401
 from . import overlap_add  # noqa: F401
+from . import checks  # noqa: F401
