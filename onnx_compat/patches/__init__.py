@@ -12,3 +12,4 @@ from . import transformers_helpers  # noqa: F401
 from . import spectral  # noqa: F401
 from . import overlap_add  # noqa: F401
 from . import checks  # noqa: F401
+from . import shape_ops  # noqa: F401

@@ -31,7 +31,7 @@ import torch
 from ..registry import Patch, register
 from . import _dft
 from ._calls import tensor_call
-from ._complex import ComplexPair, SpectralError, _name, _parts, mul, op, unsupported
+from ._complex import _REAL, ComplexPair, SpectralError, _name, _parts, mul, op, unsupported
 from ._static import static_ints
 
 __all__ = ["ComplexPair", "SpectralError"]
@@ -219,7 +219,27 @@ def _times_complex(wrapped, instance, args, kwargs):
     return mul(*operands)
 
 
-_MAKERS = {"polar": _polar, "complex": _complex, "view_as_complex": _view_as_complex}
+def _cast_target(args, kwargs):
+    """The dtype a ``Tensor.to``/``Tensor.type`` call casts to, when it names one."""
+    named = kwargs.get("dtype", next((a for a in args if isinstance(a, (torch.dtype, str))), None))
+    if isinstance(named, str):
+        named = getattr(torch, named.replace("torch.", ""), None)
+    if named is None:
+        named = next((a.dtype for a in args if isinstance(a, (torch.Tensor, ComplexPair))), None)
+    return named if isinstance(named, torch.dtype) else None
+
+
+def _cast_to_complex(wrapped, instance, args, kwargs):
+    """``x.to(torch.complex64)``, ``x.type(torch.cfloat)``, ``x.to(z)`` of a real tensor: the pair ``(x, 0)``."""
+    target = _cast_target(args, kwargs)
+    if not isinstance(instance, torch.Tensor) or instance.is_complex() or target not in _REAL:
+        return wrapped(*args, **kwargs)
+    real = instance.to(_REAL[target])
+    return ComplexPair(real, torch.zeros_like(real))
+
+
+_MAKERS = {"polar": _polar, "complex": _complex, "view_as_complex": _view_as_complex,
+           "to": _cast_to_complex, "type": _cast_to_complex}
 
 
 register(Patch(
@@ -242,10 +262,11 @@ register(Patch(
 
 register(Patch(
     name="complex_values",
-    description="torch.polar, torch.complex, torch.view_as_complex and a tensor times a Python complex "
-                "number give real/imaginary pairs while exporting",
+    description="torch.polar, torch.complex, torch.view_as_complex, a tensor times a Python complex "
+                "number and a cast of a real tensor to a complex dtype (Tensor.to/.type) give real/imaginary "
+                "pairs while exporting",
     targets=("torch:polar", "torch:complex", "torch:view_as_complex", "torch:mul", "torch:Tensor.mul",
-             "torch:Tensor.__mul__", "torch:Tensor.__rmul__"),
+             "torch:Tensor.__mul__", "torch:Tensor.__rmul__", "torch:Tensor.to", "torch:Tensor.type"),
     wrapper=_make_complex,
     when="export",
 ))
