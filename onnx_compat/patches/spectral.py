@@ -54,10 +54,26 @@ def _is_size(value) -> bool:
     return isinstance(value, getattr(torch, "SymInt", ()))
 
 
+def constant_size(value):
+    """A 0-d integer tensor as a Python int; anything else unchanged.
+
+    The TorchScript exporter traces sizes as 0-d tensors, so ``n_fft = 2 *
+    (spec.shape[-2] - 1)`` reaches ``istft`` as one. The transform's size
+    (``n_fft``, hop, window length) sets the shape of its tables, so it is a
+    constant of the export whatever made it.
+    """
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not (value.is_floating_point()
+                                                                      or value.is_complex()
+                                                                      or value.dtype == torch.bool):
+        return static_ints([value])[0]
+    return value
+
+
 def _frame_args(call: str, n_fft, hop_length, win_length, window, like):
     """``(hop, window of n_fft samples)``, or None when PyTorch itself rejects the arguments."""
     if isinstance(window, ComplexPair) or (isinstance(window, torch.Tensor) and window.is_complex()):
         raise unsupported(f"{call}(window=...)", "a complex window")
+    n_fft, hop_length, win_length = (constant_size(v) for v in (n_fft, hop_length, win_length))
     if not isinstance(n_fft, int) or n_fft <= 0:
         return None
     hop = n_fft // 4 if hop_length is None else hop_length
@@ -85,10 +101,10 @@ def _stft(wrapped, instance, args, kwargs):
     if framing is None:
         return wrapped(*args, **kwargs)
     hop, window = framing
-    n_fft = b["n_fft"]
+    n_fft = constant_size(b["n_fft"])
     left = right = 0
     if b["align_to_window"] and not b["center"]:
-        win = b["win_length"] or n_fft
+        win = constant_size(b["win_length"]) or n_fft
         left = (n_fft - win) // 2
         right = n_fft - win - left
     onesided = True if b["onesided"] is None else bool(b["onesided"])
@@ -112,6 +128,7 @@ def istft(input, n_fft, hop_length=None, win_length=None, window=None, center=Tr
         raise SpectralError(f"torch.istft: invalid n_fft={n_fft!r}, hop_length={hop_length!r}, "
                             f"win_length={win_length!r} or window for this call")
     hop, full = framing
+    n_fft = constant_size(n_fft)
     (bins,) = static_ints(input.shape[-2:-1])
     onesided = bins != n_fft if onesided is None else bool(onesided)
     expected = n_fft // 2 + 1 if onesided else n_fft
