@@ -13,3 +13,4 @@ from . import spectral  # noqa: F401
 from . import overlap_add  # noqa: F401
 from . import checks  # noqa: F401
 from . import shape_ops  # noqa: F401
+from . import scripted  # noqa: F401
