@@ -15,3 +15,4 @@ from . import checks  # noqa: F401
 from . import shape_ops  # noqa: F401
 from . import scripted  # noqa: F401
 from . import size_math  # noqa: F401
+from . import loops  # noqa: F401
