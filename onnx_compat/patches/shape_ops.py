@@ -13,6 +13,13 @@ sizes instead of silently squeezing).
 exporter writes an ``EyeLike`` with a bool output, which ONNX Runtime does
 not implement ("Could not find an implementation for EyeLike(9)"). Made as
 float and cast, which it does.
+
+``as_strided`` framing (``x.as_strided((B, frames, win), (T, hop, 1))``):
+the TorchScript exporter needs every size and stride as a constant ("Failed
+to export a node ... because it is not constant"). For a tensor that owns its
+storage contiguously (what ``as_strided`` framing is used on), the view is a
+gather from the flattened tensor at ``offset + Σ arange(size_k)·stride_k``,
+computed from the runtime sizes.
 """
 from __future__ import annotations
 
@@ -51,6 +58,31 @@ def _eye(wrapped, instance, args, kwargs):
     return wrapped(*args, **made).to(torch.bool)
 
 
+def as_strided(x: torch.Tensor, size, stride, storage_offset=None) -> torch.Tensor:
+    """``x.as_strided(size, stride, storage_offset)`` of a contiguous tensor that owns its storage, as a gather."""
+    index = torch.zeros((), dtype=torch.int64, device=x.device) + (storage_offset or 0)
+    for axis, (count, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = -1
+        index = index + (torch.arange(count, device=x.device) * step).reshape(shape)
+    return x.reshape(-1)[index]
+
+
+def _owns_storage(x: torch.Tensor) -> bool:
+    return x.is_contiguous() and x.storage_offset() == 0 \
+        and x.untyped_storage().nbytes() == x.numel() * x.element_size()
+
+
+def _as_strided(wrapped, instance, args, kwargs):
+    b = tensor_call(instance, args, kwargs, ("input", "size", "stride", "storage_offset"), {"storage_offset": None})
+    x = None if b is None else b["input"]
+    if not isinstance(x, torch.Tensor) or not isinstance(b["size"], (list, tuple)) \
+            or not isinstance(b["stride"], (list, tuple)) or len(b["size"]) != len(b["stride"]) \
+            or not b["size"] or not _owns_storage(x):
+        return wrapped(*args, **kwargs)  # a view of a view: its storage is not the tensor's values
+    return as_strided(x, b["size"], b["stride"], b["storage_offset"])
+
+
 register(Patch(
     name="squeeze_static",
     description="squeeze() without a dim removes only the axes that are statically 1 while exporting "
@@ -65,5 +97,14 @@ register(Patch(
     description="torch.eye(..., dtype=torch.bool) is made as float and cast: ONNX Runtime has no bool EyeLike",
     targets=("torch:eye",),
     wrapper=_eye,
+    when="torchscript",
+))
+
+register(Patch(
+    name="as_strided_gather",
+    description="as_strided framing on a dynamic length exports under TorchScript (a gather at "
+                "offset + sum(arange(size_k) * stride_k) from the flattened tensor)",
+    targets=("torch:as_strided", "torch:Tensor.as_strided"),
+    wrapper=_as_strided,
     when="torchscript",
 ))
