@@ -14,8 +14,9 @@ TorchScript interpreter instead of the Python the exporters can follow:
 While exporting, a scripted function runs its Python source instead (kept by
 ``torch.jit.script`` as ``_torchdynamo_inline``; ``script_if_tracing``
 scripts that same Python function first). Under the TorchScript exporter a
-function with a loop (``prim::Loop``) stays scripted: traced as Python its
-trip count would be baked, scripted it is written as an ONNX ``Loop``.
+function with a loop or a use of a tensor's value as a Python number stays
+scripted: traced as Python the trip count or the branch would be baked
+(silently), scripted they are written as ONNX ``Loop``/``If``.
 """
 from __future__ import annotations
 
@@ -25,9 +26,15 @@ from ..registry import Patch, register
 from ._deps import torchscript_exporting
 
 
-def _has_loop(block) -> bool:
+# What tracing the Python would bake: a loop's trip count, or a tensor's value turned into a Python
+# bool/number (a data-dependent branch or size). Scripted, TorchScript writes them as Loop/If nodes.
+_TRACING_BAKES = frozenset(("prim::Loop", "aten::Bool", "aten::is_nonzero", "aten::item", "aten::Int",
+                            "aten::Float", "aten::IntImplicit", "aten::FloatImplicit", "aten::ScalarImplicit"))
+
+
+def _tracing_bakes(block) -> bool:
     for node in block.nodes():
-        if node.kind() == "prim::Loop" or any(_has_loop(b) for b in node.blocks()):
+        if node.kind() in _TRACING_BAKES or any(_tracing_bakes(b) for b in node.blocks()):
             return True
     return False
 
@@ -42,7 +49,7 @@ def _call(wrapped, instance, args, kwargs):
     original = _python_source(instance)
     if original is None:
         return wrapped(*args, **kwargs)
-    if torchscript_exporting() and _has_loop(instance.graph):
+    if torchscript_exporting() and _tracing_bakes(instance.graph):
         return wrapped(*args, **kwargs)
     return original(*args, **kwargs)
 
@@ -50,7 +57,7 @@ def _call(wrapped, instance, args, kwargs):
 register(Patch(
     name="scripted_as_python",
     description="functions compiled with torch.jit.script / script_if_tracing run their Python source while "
-                "exporting (TorchScript baked their int arguments; loops stay scripted under TorchScript)",
+                "exporting (TorchScript baked their int arguments; loops and value branches stay scripted there)",
     targets=("torch.jit:ScriptFunction.__call__",),
     wrapper=_call,
     when="export",
