@@ -34,7 +34,9 @@ except ImportError:  # torch without symbolic shapes: nothing of this kind is ev
 
 # A conditional jump taken when the value is True (the suffix names it), by Python release.
 _JUMP_IF = {f"POP_JUMP{kind}_IF_{v}": v == "TRUE" for kind in ("", "_FORWARD", "_BACKWARD") for v in ("TRUE", "FALSE")}
-_ENDS = ("JUMP", "POP_JUMP", "RETURN", "STORE", "DELETE", "FOR_ITER", "YIELD", "SEND", "RERAISE")
+# What ends a branch that only builds its exception (local assignments such as ``msg = f"..."`` do not).
+_ENDS = ("JUMP", "POP_JUMP", "RETURN", "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_ATTR",
+         "DELETE_SUBSCR", "FOR_ITER", "YIELD", "SEND", "RERAISE")
 _LOOKAHEAD = 64  # instructions a raising branch may take to build its exception
 
 
