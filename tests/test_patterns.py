@@ -291,3 +291,15 @@ def test_through_export(tmp_path, name, exporter, spec):
     assert report.exporter == exporter and report.verification, report.summary()
     assert all(c["ok"] for c in report.verification) and report.degenerate == [], report.summary()
     assert any(c["sizes"]["batch"] == 1 for c in report.verification), report.summary()
+
+
+def test_checks_are_no_baked_constants_under_torchscript(tmp_path):
+    """TorchScript evaluates a check on the example (right for a check); its TracerWarning made
+    export(strict=True) refuse the model. A real branch on a value is still refused."""
+    b, t = Dim("batch"), Dim("time")
+    io = dict(inputs=[TensorSpec("data", [b, t])], outputs=[TensorSpec("output", [b, t])],
+              exporter="torchscript", strict=True)
+    report = onnx_compat.export(ValueChecks(), str(tmp_path / "checks.onnx"), **io)
+    assert all(c["ok"] for c in report.verification) and report.warnings["baked"] == [], report.summary()
+    with pytest.raises(Exception, match="strict: a tensor was turned into a Python number"):
+        onnx_compat.export(ValueBranch(), str(tmp_path / "branch.onnx"), **io)

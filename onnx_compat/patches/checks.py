@@ -5,7 +5,9 @@ Models guard their numerics with ``assert (envelope > 1e-11).all()``,
 The dynamo exporter traces with values unknown, so the ``bool()`` of such a
 tensor stops the export ("Could not guard on data-dependent expression").
 The TorchScript exporter evaluates it on the example and traces the branch
-taken, which for a check is the right one (the example passes it).
+taken, which for a check is the right one (the example passes it), but warns
+of a baked constant (which ``export(strict=True)`` refuses); for a check that
+warning is dropped.
 
 A check of a value must not decide whether a model exports. While the dynamo
 exporter traces, a data-dependent ``bool()`` is looked up in the calling
@@ -21,11 +23,13 @@ import dis
 import functools
 import sys
 import threading
+import warnings
 from typing import Optional
 
 import torch
 
 from ..registry import Patch, register
+from ._deps import torchscript_exporting
 
 try:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode as _DataDependent
@@ -97,6 +101,23 @@ def _caller():
 
 
 def _bool(wrapped, instance, args, kwargs):
+    if torchscript_exporting():
+        return _traced_bool(wrapped, args, kwargs)
+    return _symbolic_bool(wrapped, instance, args, kwargs)
+
+
+def _traced_bool(wrapped, args, kwargs):
+    """TorchScript evaluates the check on the example, which is right for a check: only the
+    "might cause the trace to be incorrect" warning (a baked constant to the pipeline) is dropped."""
+    frame = _caller()
+    if frame is None or check_outcome(frame.f_code, frame.f_lasti) is None:
+        return wrapped(*args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return wrapped(*args, **kwargs)
+
+
+def _symbolic_bool(wrapped, instance, args, kwargs):
     """Torch function modes (the exporter's) call ``bool()`` again from inside: only the outermost
     call, whose caller is the model's code, decides."""
     _depth.value = getattr(_depth, "value", 0) + 1
@@ -126,8 +147,9 @@ def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:
 register(Patch(
     name="value_checks",
     description="assert / torch._assert / `if ...: raise` on a tensor's value no longer stop the dynamo "
-                "exporter: the non-raising branch is traced and the check kept as torch._assert_async",
+                "exporter (the non-raising branch is traced, the check kept as torch._assert_async) nor "
+                "count as baked constants under TorchScript",
     targets=("torch:Tensor.__bool__",),
     wrapper=_bool,
-    when="dynamo",
+    when="export",
 ))
