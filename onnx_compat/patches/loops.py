@@ -11,8 +11,8 @@ from the loop (measured on torch 2.13).
 
 While the dynamo exporter traces, iterating over a tensor whose first dim is
 dynamic, or ``range()`` / ``int`` use of a dynamic size in the model's own
-code, raises one ``DynamicLoopError`` naming the source line and the dim, so
-the fix (a batched form, ``torch.vmap``-free tensor ops, or a static size)
+code, raises one error naming the source line and the dim, so
+the fix (tensor ops over the whole dim, or a static size)
 is clear. Torch's own code is left alone.
 """
 from __future__ import annotations
