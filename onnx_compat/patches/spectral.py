@@ -238,7 +238,9 @@ def _times_complex(wrapped, instance, args, kwargs):
 
 def _cast_target(args, kwargs):
     """The dtype a ``Tensor.to``/``Tensor.type`` call casts to, when it names one."""
-    named = kwargs.get("dtype", next((a for a in args if isinstance(a, (torch.dtype, str))), None))
+    named = kwargs.get("dtype", next((a for a in args if isinstance(a, torch.dtype)), None))
+    if named is None:
+        named = next((a for a in args if isinstance(a, str) and "complex" in a), None)
     if isinstance(named, str):
         named = getattr(torch, named.replace("torch.", ""), None)
     if named is None:
