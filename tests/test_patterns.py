@@ -303,3 +303,11 @@ def test_checks_are_no_baked_constants_under_torchscript(tmp_path):
     assert all(c["ok"] for c in report.verification) and report.warnings["baked"] == [], report.summary()
     with pytest.raises(Exception, match="strict: a tensor was turned into a Python number"):
         onnx_compat.export(ValueBranch(), str(tmp_path / "branch.onnx"), **io)
+
+
+def test_vanilla_dimless_squeeze_drops_the_batch_of_one():
+    """Recorded on torch 2.13: the exported Squeeze has no axes, so ONNX Runtime drops B=1."""
+    if not torch.__version__.startswith("2.13"):
+        pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
+    proto = export(SqueezeAll(), (torch.randn(2, 6, 8),), "torchscript", {0: {0: "b", 1: "t"}})
+    assert run(proto, torch.randn(1, 5, 8).numpy())[0].shape == (8,)
