@@ -28,14 +28,14 @@ _SymInt = getattr(torch, "SymInt", None)
 
 
 def _model_frame():
-    """The model code's frame that made the call, or None when torch itself did."""
+    """The model code's frame that made the call, or None when torch or a patch did."""
     frame = sys._getframe(1)
     while frame is not None and (frame.f_globals.get("__name__") == __name__ or frame.f_code is Patch.gate.__code__):
         frame = frame.f_back
     if frame is None:
         return None
     module = frame.f_globals.get("__name__", "")
-    return None if module == "torch" or module.startswith("torch.") else frame
+    return None if module.split(".")[0] == "torch" or module.startswith(__package__) else frame
 
 
 def _is_dynamic(size) -> bool:
