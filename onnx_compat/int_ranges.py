@@ -11,9 +11,11 @@ with it (``F.embedding``, ``embedding_bag``, ``one_hot``, ``index_select``,
 smallest table ``n`` it indexes. Indices are clamped into the table during
 this run, so the example's values cannot stop it.
 
-An input that reaches an index only after arithmetic (``emb(ids + 1)``) has
-no range that can be read off: ``IntRangeError`` names it, the op and
-``values=``. Inputs that never index anything keep the default range.
+An input that reaches an index only after arithmetic (``emb(ids + 1)``), or
+indexes a tensor computed from the inputs (``frames[:, last]``: its size may
+be dynamic), has no range that can be read off: ``IntRangeError`` names it,
+the op and ``values=``. Inputs that never index anything keep the default
+range.
 """
 from __future__ import annotations
 
@@ -67,20 +69,21 @@ def _name(func) -> str:
 
 
 def _index_uses(name: str, args, kwargs):
-    """``[(index tensor, table size)]`` for an op that indexes with a tensor, else []."""
+    """``[(index tensor, table size, table)]`` for an op that indexes with a tensor, else [] (the table is
+    None for ``one_hot``, whose size is a number)."""
     get = lambda i, key, default=None: args[i] if len(args) > i else kwargs.get(key, default)  # noqa: E731
     if name in ("embedding", "embedding_bag"):
         if _is_index(get(0, "input")):  # F.embedding(input, weight)
             idx, weight = get(0, "input"), get(1, "weight")
         else:  # torch.embedding(weight, indices)
             weight, idx = get(0, "weight"), get(1, "indices")
-        return [(idx, weight.shape[0])] if isinstance(weight, torch.Tensor) else []
+        return [(idx, weight.shape[0], weight)] if isinstance(weight, torch.Tensor) else []
     if name == "one_hot":
         classes = get(1, "num_classes", -1)
-        return [(get(0, "input"), classes)] if isinstance(classes, int) and classes > 0 else []
+        return [(get(0, "input"), classes, None)] if isinstance(classes, int) and classes > 0 else []
     if name in ("index_select", "gather", "take_along_dim"):
         table, dim, idx = get(0, "input"), get(1, "dim"), get(2, "index")
-        return [(idx, table.shape[dim])] if isinstance(dim, int) and isinstance(table, torch.Tensor) else []
+        return [(idx, table.shape[dim], table)] if isinstance(dim, int) and isinstance(table, torch.Tensor) else []
     if name == "__getitem__":
         return _subscript_uses(args[0], args[1])
     return []
@@ -95,7 +98,7 @@ def _subscript_uses(table: torch.Tensor, key):
         if part is None:
             continue
         if _is_index(part) and axis < table.dim():
-            uses.append((part, table.shape[axis]))
+            uses.append((part, table.shape[axis], table))
         axis += 1
     return uses
 
@@ -119,22 +122,24 @@ def _tensors(value):
 class _Follow(TorchFunctionMode):
     """Follows integer inputs through the model's torch calls; records the tables they index."""
 
-    def __init__(self, inputs: Mapping[str, torch.Tensor]) -> None:
+    def __init__(self, inputs: Mapping[str, torch.Tensor], data: Sequence[torch.Tensor]) -> None:
         super().__init__()
         self.origin: Dict[int, _Origin] = {id(t): _Origin(name, True) for name, t in inputs.items()}
-        self.alive: List[torch.Tensor] = list(inputs.values())  # ids stay unique while the run lasts
+        self.data: Set[int] = {id(t) for t in data}  # computed from some input: sizes may vary
+        self.alive: List[torch.Tensor] = list(inputs.values()) + list(data)  # ids stay unique during the run
         self.sizes: Dict[str, List[Tuple[str, int]]] = {name: [] for name in inputs}
         self.derived: Dict[str, str] = {}  # input -> an index op fed with a value computed from it
+        self.varying: Dict[str, str] = {}  # input -> an index op into a tensor computed from the inputs
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
         uses = _index_uses(name, args, kwargs)
         clamped = {}
-        for idx, size in uses:
+        for idx, size, table in uses:
             found = self.origin.get(id(idx))
             if found is not None:
-                self._record(found, name, int(size))
+                self._record(found, name, int(size), table is not None and id(table) in self.data)
                 clamped[id(idx)] = idx.clamp(0, max(int(size) - 1, 0))
         if clamped:
             args = tuple(clamped.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in args)
@@ -145,13 +150,19 @@ class _Follow(TorchFunctionMode):
         self._propagate(name, args, kwargs, result)
         return result
 
-    def _record(self, found: _Origin, op: str, size: int) -> None:
-        if found.exact:
-            self.sizes[found.input].append((op, size))
-        else:
+    def _record(self, found: _Origin, op: str, size: int, varying: bool) -> None:
+        if not found.exact:
             self.derived.setdefault(found.input, op)
+        elif varying:
+            self.varying.setdefault(found.input, op)
+        else:
+            self.sizes[found.input].append((op, size))
 
     def _propagate(self, name: str, args, kwargs, result) -> None:
+        if any(id(t) in self.data for t in _tensors((args, kwargs))):
+            for out in _tensors(result):
+                self.data.add(id(out))
+                self.alive.append(out)
         if name in _READ_ONLY:
             return
         sources = [self.origin[id(t)] for t in _tensors((args, kwargs)) if id(t) in self.origin]
@@ -191,7 +202,7 @@ def infer_int_ranges(model: torch.nn.Module, inputs: Sequence[TensorSpec],
     out = IntRanges()
     if not wanted:
         return out
-    follow = _Follow(wanted)
+    follow = _Follow(wanted, list(examples.values()))
     with follow:
         _call(model, inputs, examples)
     for name in wanted:
@@ -203,6 +214,9 @@ def _conclude(name: str, follow: _Follow, notes: List[str]) -> Dict[str, Tuple[i
     sizes = follow.sizes[name]
     if name in follow.derived:
         raise IntRangeError(name, follow.derived[name], "after arithmetic on its values")
+    if name in follow.varying:
+        raise IntRangeError(name, follow.varying[name], "as an index into a tensor computed from the inputs, "
+                                                        "whose size may vary with them")
     if not sizes:
         return {}
     op, size = min(sizes, key=lambda s: s[1])

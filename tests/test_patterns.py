@@ -311,3 +311,15 @@ def test_vanilla_dimless_squeeze_drops_the_batch_of_one():
         pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
     proto = export(SqueezeAll(), (torch.randn(2, 6, 8),), "torchscript", {0: {0: "b", 1: "t"}})
     assert run(proto, torch.randn(1, 5, 8).numpy())[0].shape == (8,)
+
+
+class LastFrame(nn.Module):
+    def forward(self, frames, last):  # frames [B, T, D], last [B]: an index into the dynamic time axis
+        return frames[torch.arange(frames.shape[0]), last]
+
+
+def test_an_input_indexing_a_dynamic_axis_is_named_with_values():
+    b, t = Dim("batch"), Dim("time")
+    specs = [TensorSpec("frames", [b, t, 4]), TensorSpec("last", [b], dtype=torch.int64)]
+    with pytest.raises(IntRangeError, match=r"'last'.*computed from the inputs.*values="):
+        infer_int_ranges(LastFrame(), specs, [torch.randn(3, 11, 4), torch.randint(0, 10, (3,))])
