@@ -175,7 +175,7 @@ class BatchLoop(nn.Module):
 
 
 @needs_dynamo
-@pytest.mark.parametrize("form,dim", [("zip", "iterating over dim 0"), ("chunks", "range()")])
+@pytest.mark.parametrize("form,dim", [("zip", "(iterating over) dim 0"), ("chunks", "range()")])
 def test_a_loop_over_a_dynamic_dim_names_its_line_and_dim(form, dim):
     x, d = torch.randn(2, 13, 4), torch.randint(0, 3, (2, 13))
     with onnx_compat.patched(), pytest.raises(Exception) as raised:
@@ -323,3 +323,16 @@ def test_an_input_indexing_a_dynamic_axis_is_named_with_values():
     specs = [TensorSpec("frames", [b, t, 4]), TensorSpec("last", [b], dtype=torch.int64)]
     with pytest.raises(IntRangeError, match=r"'last'.*computed from the inputs.*values="):
         infer_int_ranges(LastFrame(), specs, [torch.randn(3, 11, 4), torch.randint(0, 10, (3,))])
+
+
+def _calls(x, s, n):
+    a = range(0, x.shape[1] - 4, 3)
+    b = x.expand(len(s), n)
+    return a, b, [o for o in range(len(x))]
+
+
+def test_the_called_name_is_read_from_bytecode():
+    import dis
+    from onnx_compat.patches.loops import called_name
+    calls = [i.offset for i in dis.get_instructions(_calls) if i.opname == "CALL"]
+    assert [called_name(_calls.__code__, o) for o in calls][:5] == ["range", "len", None, "len", "range"]
