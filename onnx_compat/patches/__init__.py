@@ -16,3 +16,4 @@ from . import shape_ops  # noqa: F401
 from . import scripted  # noqa: F401
 from . import size_math  # noqa: F401
 from . import loops  # noqa: F401
+from . import constants  # noqa: F401
