@@ -6,6 +6,7 @@ checks below must reach the exporters as model code has them.
 import math
 from typing import List
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -215,3 +216,55 @@ def _branch_form(x):
     if x:
         return 1
     return 2
+
+
+# --- constants read back as numbers, strides read from the tensor (the sweep's asteroid and julius forms) --
+
+@torch.jit.script_if_tracing
+def _global_norm(x, eps: float = 1e-8):
+    dims: List[int] = torch.arange(1, x.dim()).tolist()  # a function of the rank only
+    mean = x.mean(dim=dims, keepdim=True)
+    return (x - mean) / (torch.var(x, dim=dims, keepdim=True, unbiased=False) + eps).sqrt()
+
+
+class GlobalNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gain = nn.Parameter(torch.rand(1, 4, 1) + 0.5)
+
+    def forward(self, x):  # [B, 4, T]
+        return _global_norm(x) * self.gain
+
+
+class PadToStrideProduct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.strides = np.array([2, 3])
+
+    def forward(self, x):  # [B, 4, T]
+        product = int(torch.from_numpy(np.cumprod(self.strides))[-1])
+        return F.pad(x, (0, (product - x.shape[-1] % product) % product)).cumsum(-1)
+
+
+class FramesFromStride(nn.Module):
+    """Framing written with as_strided, the length rounded up with math.ceil and the row stride read
+    from the padded tensor."""
+
+    def forward(self, x):  # [B, T] audio
+        length = x.shape[-1]
+        frames = math.ceil((max(length, 8) - 8) / 3) + 1
+        padded = F.pad(x, (0, (frames - 1) * 3 + 8 - length)).contiguous()
+        return padded.as_strided([x.shape[0], frames, 8], [padded.stride(0), 3, 1]) * torch.hann_window(8)
+
+
+class CoverWithConv(nn.Module):
+    """Pad so that a strided conv covers every input sample (codec encoders)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 4, 8, stride=4)
+
+    def forward(self, x):  # [B, T] audio
+        length = x.shape[-1]
+        covered = (math.ceil((length - 8) / 4 + 1) - 1) * 4 + 8
+        return self.conv(F.pad(x[:, None], (0, covered - length)))

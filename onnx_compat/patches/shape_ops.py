@@ -19,7 +19,11 @@ the TorchScript exporter needs every size and stride as a constant ("Failed
 to export a node ... because it is not constant"). For a tensor that owns its
 storage contiguously (what ``as_strided`` framing is used on), the view is a
 gather from the flattened tensor at ``offset + Σ arange(size_k)·stride_k``,
-computed from the runtime sizes.
+computed from the runtime sizes. Strides read with ``x.stride(j)`` (julius's
+framing: ``[padded.stride(0), hop, 1]``) are the example's ints to the
+TorchScript tracer and ``sym_stride`` nodes, which have no ONNX translation,
+to dynamo: for a contiguous tensor they are written as the product of the
+sizes after ``j``, under both exporters.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import torch
 
 from ..registry import Patch, register
 from ._calls import tensor_call
+from ._deps import torchscript_exporting
 from ._static import static_ints
 
 
@@ -73,14 +78,48 @@ def _owns_storage(x: torch.Tensor) -> bool:
         and x.untyped_storage().nbytes() == x.numel() * x.element_size()
 
 
+def _same_size(a, b) -> bool:
+    """Equal strides: as ints, or as the same symbolic expression (no guard is added)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    expr_a, expr_b = (getattr(getattr(v, "node", None), "expr", None) for v in (a, b))
+    return expr_a is not None and expr_a == expr_b
+
+
+def runtime_strides(x: torch.Tensor, stride):
+    """``stride`` with each entry equal to ``x.stride(j)`` (> 1) written as the product of the sizes after
+    ``j``: the same number for a contiguous ``x``, but computed from the runtime sizes. TorchScript
+    reads ``x.stride(0)`` as the example's int; dynamo keeps it as ``sym_stride``, which has no ONNX
+    translation ("No ONNX function found for aten.sym_stride.int")."""
+    own = x.stride()
+    out = []
+    for s in stride:
+        j = next((j for j, t in enumerate(own) if not (isinstance(t, int) and t <= 1) and _same_size(s, t)), None)
+        out.append(s if j is None else _product(x.shape[j + 1:]))
+    return out
+
+
+def _product(sizes):
+    total = 1
+    for size in sizes:
+        total = total * size
+    return total
+
+
 def _as_strided(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input", "size", "stride", "storage_offset"), {"storage_offset": None})
     x = None if b is None else b["input"]
     if not isinstance(x, torch.Tensor) or not isinstance(b["size"], (list, tuple)) \
             or not isinstance(b["stride"], (list, tuple)) or len(b["size"]) != len(b["stride"]) \
-            or not b["size"] or not _owns_storage(x):
+            or not b["size"] or not x.is_contiguous():
+        return wrapped(*args, **kwargs)
+    stride = runtime_strides(x, b["stride"])
+    if not torchscript_exporting():
+        call = (x,) if instance is None else ()
+        return wrapped(*call, b["size"], stride, b["storage_offset"])
+    if not _owns_storage(x):
         return wrapped(*args, **kwargs)  # a view of a view: its storage is not the tensor's values
-    return as_strided(x, b["size"], b["stride"], b["storage_offset"])
+    return as_strided(x, b["size"], stride, b["storage_offset"])
 
 
 register(Patch(
@@ -102,9 +141,10 @@ register(Patch(
 
 register(Patch(
     name="as_strided_gather",
-    description="as_strided framing on a dynamic length exports under TorchScript (a gather at "
-                "offset + sum(arange(size_k) * stride_k) from the flattened tensor)",
+    description="as_strided framing on a dynamic length exports: strides read with x.stride() follow the "
+                "runtime sizes (both exporters); under TorchScript a gather at offset + sum(arange(size_k) * "
+                "stride_k) from the flattened tensor",
     targets=("torch:as_strided", "torch:Tensor.as_strided"),
     wrapper=_as_strided,
-    when="torchscript",
+    when="export",
 ))
