@@ -13,8 +13,10 @@ While the dynamo exporter traces, a tensor made by ``torch.arange``,
 ``torch.tensor``, ``torch.as_tensor`` or ``torch.from_numpy`` from Python
 numbers, lists or numpy arrays (never from a tensor or a symbolic size) keeps
 its values beside it (computed with numpy, up to 4096 of them), as do its
-constant-index slices and integer casts; ``tolist()``, ``item()``, ``int()``,
-``float()`` and ``__index__`` of such a tensor return them.
+integer casts; ``tolist()``, ``item()``, ``int()``, ``float()`` and
+``__index__`` of such a tensor return them. Indexing it first
+(``int(torch.from_numpy(a)[1])``) is not followed: ``Tensor.__getitem__``
+cannot be wrapped safely (see the targets).
 """
 from __future__ import annotations
 
@@ -79,22 +81,11 @@ def _factory(wrapped, instance, args, kwargs):
     return made
 
 
-def _constant_key(key) -> bool:
-    parts = key if isinstance(key, tuple) else (key,)
-    return all(p is None or p is Ellipsis or isinstance(p, (int, slice)) and not isinstance(p, bool)
-               and (not isinstance(p, slice) or _is_constant([p.start, p.stop, p.step])) for p in parts)
-
-
 def _derived(wrapped, instance, args, kwargs):
-    """Indexing with constants and integer casts keep the values known."""
+    """Integer casts keep the values known."""
     out = wrapped(*args, **kwargs)
     values = known_values(instance)
-    if values is None:
-        return out
-    if wrapped.__name__ == "__getitem__":
-        if len(args) == 1 and _constant_key(args[0]):
-            _remember(out, values[args[0]])
-    else:
+    if values is not None:
         _remember(out, values)
     return out
 
@@ -127,10 +118,18 @@ def _constants(wrapped, instance, args, kwargs):
 register(Patch(
     name="constant_values",
     description="tensors made from Python constants in forward (torch.arange(1, x.dim()).tolist(), "
-                "int(torch.from_numpy(a)[1])) give their values back while the dynamo exporter traces",
-    targets=("torch:arange", "torch:tensor", "torch:as_tensor", "torch:from_numpy", "torch:Tensor.__getitem__",
+                "int(torch.tensor(n))) give their values back while the dynamo exporter traces",
+    # not Tensor.__getitem__: overriding it on torch.Tensor and deleting the override afterwards leaves the
+    # type a sequence (CPython fills sq_item, which TensorBase lacks), and the TorchScript exporter then
+    # fails on "len() of a 0-d tensor" in every later export of the process
+    targets=("torch:arange", "torch:tensor", "torch:as_tensor", "torch:from_numpy",
              "torch:Tensor.long", "torch:Tensor.int", "torch:Tensor.tolist", "torch:Tensor.item",
-             "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__"),
+             "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__",
+             # the tensors the dynamo exporter traces with have their own tolist
+             "torch._subclasses.fake_tensor:FakeTensor.tolist",
+             "torch._subclasses.functional_tensor:FunctionalTensor.tolist"),
+    optional=("torch._subclasses.fake_tensor:FakeTensor.tolist",
+              "torch._subclasses.functional_tensor:FunctionalTensor.tolist"),
     wrapper=_constants,
     when="dynamo",
     aliases=False,
