@@ -346,3 +346,21 @@ def test_the_called_name_is_read_from_bytecode():
     from onnx_compat.patches.loops import called_name
     calls = [i.offset for i in dis.get_instructions(_calls) if i.opname == "CALL"]
     assert [called_name(_calls.__code__, o) for o in calls][:5] == ["range", "len", None, "len", "range"]
+
+
+def test_tensor_type_slots_are_what_they_were_after_patched():
+    """The patches wrap Tensor dunders (__bool__, __int__, __index__, __float__): after the block the
+    type behaves as before (a wrapped __getitem__ would have left torch.Tensor a sequence)."""
+    import ctypes
+    import operator
+    is_sequence = ctypes.pythonapi.PySequence_Check
+    is_sequence.argtypes = [ctypes.py_object]
+
+    def probe():
+        t = torch.tensor(3)
+        return (is_sequence(t), is_sequence(torch.ones(2)), operator.index(t), int(t), float(t), bool(t),
+                torch.arange(3.0).tolist())
+    before = probe()
+    with onnx_compat.patched():
+        inside = probe()
+    assert before == inside == probe() and before[:2] == (0, 0)
