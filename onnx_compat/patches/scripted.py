@@ -29,7 +29,8 @@ from ._deps import torchscript_exporting
 # What tracing the Python would bake: a loop's trip count, or a tensor's value turned into a Python
 # bool/number (a data-dependent branch or size). Scripted, TorchScript writes them as Loop/If nodes.
 _TRACING_BAKES = frozenset(("prim::Loop", "aten::Bool", "aten::is_nonzero", "aten::item", "aten::Int",
-                            "aten::Float", "aten::IntImplicit", "aten::FloatImplicit", "aten::ScalarImplicit"))
+                            "aten::Float", "aten::IntImplicit", "aten::FloatImplicit", "aten::ScalarImplicit",
+                            "prim::tolist"))
 
 
 def _tracing_bakes(block) -> bool:
