@@ -20,10 +20,9 @@ range.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Mapping, Sequence, Set, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .spec import TensorSpec, forward_arguments

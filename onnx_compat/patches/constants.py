@@ -34,7 +34,7 @@ _known: Dict[int, Tuple[weakref.ref, np.ndarray]] = {}
 
 def _is_constant(value) -> bool:
     if isinstance(value, (bool, int, float, np.ndarray, np.generic)) or value is None:
-        return not isinstance(value, getattr(torch, "SymInt", ())) and not isinstance(value, getattr(torch, "SymFloat", ()))
+        return True  # torch.SymInt / SymFloat (symbolic sizes) are no int or float
     if isinstance(value, (list, tuple)):
         return all(_is_constant(v) for v in value)
     return False

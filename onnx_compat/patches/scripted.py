@@ -20,8 +20,6 @@ scripted: traced as Python the trip count or the branch would be baked
 """
 from __future__ import annotations
 
-import torch
-
 from ..registry import Patch, register
 from ._deps import torchscript_exporting
 
