@@ -242,7 +242,7 @@ class PadToStrideProduct(nn.Module):
         self.strides = np.array([2, 3])
 
     def forward(self, x):  # [B, 4, T]
-        product = math.prod(torch.from_numpy(self.strides).tolist())
+        product = int(torch.from_numpy(np.cumprod(self.strides))[-1])
         return F.pad(x, (0, (product - x.shape[-1] % product) % product)).cumsum(-1)
 
 

@@ -13,10 +13,10 @@ While the dynamo exporter traces, a tensor made by ``torch.arange``,
 ``torch.tensor``, ``torch.as_tensor`` or ``torch.from_numpy`` from Python
 numbers, lists or numpy arrays (never from a tensor or a symbolic size) keeps
 its values beside it (computed with numpy, up to 4096 of them), as do its
-integer casts; ``tolist()``, ``item()``, ``int()``, ``float()`` and
-``__index__`` of such a tensor return them. Indexing it first
-(``int(torch.from_numpy(a)[1])``) is not followed: ``Tensor.__getitem__``
-cannot be wrapped safely (see the targets).
+integer casts and constant-index slices (seen in the non-strict exporter's
+torch function handler: ``Tensor.__getitem__`` cannot be wrapped safely, see
+the targets); ``tolist()``, ``item()``, ``int()``, ``float()`` and
+``__index__`` of such a tensor return them.
 """
 from __future__ import annotations
 
@@ -106,8 +106,28 @@ def _read(wrapped, instance, args, kwargs):
     return _READERS[wrapped.__name__](values)
 
 
+def _constant_key(key) -> bool:
+    parts = key if isinstance(key, tuple) else (key,)
+    return all(p is None or p is Ellipsis or (isinstance(p, int) and not isinstance(p, bool))
+               or (isinstance(p, slice) and _is_constant([p.start, p.stop, p.step])) for p in parts)
+
+
+def _traced_call(wrapped, instance, args, kwargs):
+    """The non-strict exporter's torch function handler sees ``tensor[key]``, which cannot be wrapped on
+    ``torch.Tensor`` itself (see the targets): indexing a known tensor with constants keeps it known."""
+    result = wrapped(*args, **kwargs)
+    func, call = args[0], (args[2] if len(args) > 2 else kwargs.get("args", ()))
+    if getattr(func, "__name__", None) == "__getitem__" and len(call) == 2 and _constant_key(call[1]):
+        values = known_values(call[0])
+        if values is not None:
+            _remember(result, values[call[1]])
+    return result
+
+
 def _constants(wrapped, instance, args, kwargs):
     name = wrapped.__name__
+    if name == "__torch_function__":
+        return _traced_call(wrapped, instance, args, kwargs)
     if name in _READERS:
         return _read(wrapped, instance, args, kwargs)
     if instance is not None:
@@ -127,9 +147,11 @@ register(Patch(
              "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__",
              # the tensors the dynamo exporter traces with have their own tolist
              "torch._subclasses.fake_tensor:FakeTensor.tolist",
-             "torch._subclasses.functional_tensor:FunctionalTensor.tolist"),
+             "torch._subclasses.functional_tensor:FunctionalTensor.tolist",
+             "torch._export.non_strict_utils:_NonStrictTorchFunctionHandler.__torch_function__"),
     optional=("torch._subclasses.fake_tensor:FakeTensor.tolist",
-              "torch._subclasses.functional_tensor:FunctionalTensor.tolist"),
+              "torch._subclasses.functional_tensor:FunctionalTensor.tolist",
+              "torch._export.non_strict_utils:_NonStrictTorchFunctionHandler.__torch_function__"),
     wrapper=_constants,
     when="dynamo",
     aliases=False,
