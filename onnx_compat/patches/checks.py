@@ -30,6 +30,7 @@ import torch
 
 from ..registry import Patch, register
 from ._deps import torchscript_exporting
+from ._warning_site import said_at
 
 try:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode as _DataDependent
@@ -108,18 +109,14 @@ def _bool(wrapped, instance, args, kwargs):
 
 def _traced_bool(wrapped, args, kwargs):
     """TorchScript evaluates the check on the example, which is right for a check: only the
-    "might cause the trace to be incorrect" warning (a baked constant to the pipeline) is dropped."""
+    "might cause the trace to be incorrect" warning (a baked constant to the pipeline) is dropped.
+    Other branches keep it, said at the model's line."""
     frame = _caller()
-    if frame is None:
+    if frame is None or check_outcome(frame.f_code, frame.f_lasti) is None:
+        return said_at(frame, wrapped, *args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
         return wrapped(*args, **kwargs)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = wrapped(*args, **kwargs)
-    if check_outcome(frame.f_code, frame.f_lasti) is None:
-        for record in caught:  # said at the model's line, as without this wrapper (the pipeline names it)
-            warnings.warn_explicit(record.message, record.category, frame.f_code.co_filename, frame.f_lineno,
-                                   module=frame.f_globals.get("__name__"))
-    return value
 
 
 def _symbolic_bool(wrapped, instance, args, kwargs):

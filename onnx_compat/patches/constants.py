@@ -27,6 +27,8 @@ import numpy as np
 import torch
 
 from ..registry import Patch, register
+from ._deps import torchscript_exporting
+from ._warning_site import model_frame, said_at
 
 _MAX_VALUES = 4096
 _known: Dict[int, Tuple[weakref.ref, np.ndarray]] = {}
@@ -125,6 +127,8 @@ def _traced_call(wrapped, instance, args, kwargs):
 
 
 def _constants(wrapped, instance, args, kwargs):
+    if torchscript_exporting():  # nothing to do there but keep the tracer's warnings at the model's line
+        return said_at(model_frame(), wrapped, *args, **kwargs)
     name = wrapped.__name__
     if name == "__torch_function__":
         return _traced_call(wrapped, instance, args, kwargs)
@@ -153,6 +157,6 @@ register(Patch(
               "torch._subclasses.functional_tensor:FunctionalTensor.tolist",
               "torch._export.non_strict_utils:_NonStrictTorchFunctionHandler.__torch_function__"),
     wrapper=_constants,
-    when="dynamo",
+    when="export",
     aliases=False,
 ))

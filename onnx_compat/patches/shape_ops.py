@@ -27,12 +27,19 @@ sizes after ``j``, under both exporters.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..registry import Patch, register
 from ._calls import tensor_call
 from ._deps import torchscript_exporting
 from ._static import static_ints
+
+
+def _is_dynamic(size) -> bool:
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    return expr is not None and bool(expr.free_symbols)
 
 
 def _is_static_one(size) -> bool:
@@ -94,6 +101,9 @@ def runtime_strides(x: torch.Tensor, stride):
     own = x.stride()
     out = []
     for s in stride:
+        if not (torchscript_exporting() or _is_dynamic(s)):
+            out.append(s)  # dynamo: only a symbolic stride becomes a sym_stride node
+            continue
         j = next((j for j, t in enumerate(own) if not (isinstance(t, int) and t <= 1) and _same_size(s, t)), None)
         out.append(s if j is None else _product(x.shape[j + 1:]))
     return out
@@ -106,10 +116,19 @@ def _product(sizes):
     return total
 
 
+def _called_by_model() -> bool:
+    """torch's own decompositions call ``as_strided`` with strides of their own making: left alone."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_globals.get("__name__") == __name__ or frame.f_code is Patch.gate.__code__):
+        frame = frame.f_back
+    module = "" if frame is None else frame.f_globals.get("__name__", "")
+    return frame is not None and module.split(".")[0] != "torch" and not module.startswith(__package__)
+
+
 def _as_strided(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input", "size", "stride", "storage_offset"), {"storage_offset": None})
     x = None if b is None else b["input"]
-    if not isinstance(x, torch.Tensor) or not isinstance(b["size"], (list, tuple)) \
+    if not _called_by_model() or not isinstance(x, torch.Tensor) or not isinstance(b["size"], (list, tuple)) \
             or not isinstance(b["stride"], (list, tuple)) or len(b["size"]) != len(b["stride"]) \
             or not b["size"] or not x.is_contiguous():
         return wrapped(*args, **kwargs)
