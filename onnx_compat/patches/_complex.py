@@ -121,7 +121,8 @@ def _parts(x) -> Tuple[object, Optional[object]]:
     if isinstance(x, torch.Tensor) and x.is_complex():
         raise unsupported("a complex torch tensor operand",
                           "only complex values made by the patched calls (stft, fft, polar, complex, "
-                          "view_as_complex, a tensor times a complex number) can be used")
+                          "view_as_complex, a tensor times a complex number, Tensor.to/type with a complex "
+                          "dtype) can be used")
     if isinstance(x, (torch.Tensor, numbers.Real)):
         return x, None
     raise unsupported(f"an operand of type {type(x).__name__}", "not a number or tensor")

@@ -31,7 +31,7 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from onnx_compat.patches import _dft
 from onnx_compat.patches._calls import tensor_call
-from onnx_compat.patches._complex import ComplexPair, SpectralError, _name, _parts, mul, op, unsupported
+from onnx_compat.patches._complex import _REAL, ComplexPair, SpectralError, _name, _parts, mul, op, unsupported
 from onnx_compat.patches._static import static_ints
 
 __all__ = ["ComplexPair", "SpectralError"]
@@ -54,10 +54,26 @@ def _is_size(value) -> bool:
     return isinstance(value, getattr(torch, "SymInt", ()))
 
 
+def constant_size(value):
+    """A 0-d integer tensor as a Python int; anything else unchanged.
+
+    The TorchScript exporter traces sizes as 0-d tensors, so ``n_fft = 2 *
+    (spec.shape[-2] - 1)`` reaches ``istft`` as one. The transform's size
+    (``n_fft``, hop, window length) sets the shape of its tables, so it is a
+    constant of the export whatever made it.
+    """
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not (value.is_floating_point()
+                                                                      or value.is_complex()
+                                                                      or value.dtype == torch.bool):
+        return static_ints([value])[0]
+    return value
+
+
 def _frame_args(call: str, n_fft, hop_length, win_length, window, like):
     """``(hop, window of n_fft samples)``, or None when PyTorch itself rejects the arguments."""
     if isinstance(window, ComplexPair) or (isinstance(window, torch.Tensor) and window.is_complex()):
         raise unsupported(f"{call}(window=...)", "a complex window")
+    n_fft, hop_length, win_length = (constant_size(v) for v in (n_fft, hop_length, win_length))
     if not isinstance(n_fft, int) or n_fft <= 0:
         return None
     hop = n_fft // 4 if hop_length is None else hop_length
@@ -85,10 +101,10 @@ def _stft(wrapped, instance, args, kwargs):
     if framing is None:
         return wrapped(*args, **kwargs)
     hop, window = framing
-    n_fft = b["n_fft"]
+    n_fft = constant_size(b["n_fft"])
     left = right = 0
     if b["align_to_window"] and not b["center"]:
-        win = b["win_length"] or n_fft
+        win = constant_size(b["win_length"]) or n_fft
         left = (n_fft - win) // 2
         right = n_fft - win - left
     onesided = True if b["onesided"] is None else bool(b["onesided"])
@@ -112,6 +128,7 @@ def istft(input, n_fft, hop_length=None, win_length=None, window=None, center=Tr
         raise SpectralError(f"torch.istft: invalid n_fft={n_fft!r}, hop_length={hop_length!r}, "
                             f"win_length={win_length!r} or window for this call")
     hop, full = framing
+    n_fft = constant_size(n_fft)
     (bins,) = static_ints(input.shape[-2:-1])
     onesided = bins != n_fft if onesided is None else bool(onesided)
     expected = n_fft // 2 + 1 if onesided else n_fft
@@ -219,7 +236,29 @@ def _times_complex(wrapped, instance, args, kwargs):
     return mul(*operands)
 
 
-_MAKERS = {"polar": _polar, "complex": _complex, "view_as_complex": _view_as_complex}
+def _cast_target(args, kwargs):
+    """The dtype a ``Tensor.to``/``Tensor.type`` call casts to, when it names one."""
+    named = kwargs.get("dtype", next((a for a in args if isinstance(a, torch.dtype)), None))
+    if named is None:
+        named = next((a for a in args if isinstance(a, str) and "complex" in a), None)
+    if isinstance(named, str):
+        named = getattr(torch, named.replace("torch.", ""), None)
+    if named is None:
+        named = next((a.dtype for a in args if isinstance(a, (torch.Tensor, ComplexPair))), None)
+    return named if isinstance(named, torch.dtype) else None
+
+
+def _cast_to_complex(wrapped, instance, args, kwargs):
+    """``x.to(torch.complex64)``, ``x.type(torch.cfloat)``, ``x.to(z)`` of a real tensor: the pair ``(x, 0)``."""
+    target = _cast_target(args, kwargs)
+    if not isinstance(instance, torch.Tensor) or instance.is_complex() or target not in _REAL:
+        return wrapped(*args, **kwargs)
+    real = instance.to(_REAL[target])
+    return ComplexPair(real, torch.zeros_like(real))
+
+
+_MAKERS = {"polar": _polar, "complex": _complex, "view_as_complex": _view_as_complex,
+           "to": _cast_to_complex, "type": _cast_to_complex}
 
 
 register(Patch(
@@ -242,10 +281,11 @@ register(Patch(
 
 register(Patch(
     name="complex_values",
-    description="torch.polar, torch.complex, torch.view_as_complex and a tensor times a Python complex "
-                "number give real/imaginary pairs while exporting",
+    description="torch.polar, torch.complex, torch.view_as_complex, a tensor times a Python complex "
+                "number and a cast of a real tensor to a complex dtype (Tensor.to/.type) give real/imaginary "
+                "pairs while exporting",
     targets=("torch:polar", "torch:complex", "torch:view_as_complex", "torch:mul", "torch:Tensor.mul",
-             "torch:Tensor.__mul__", "torch:Tensor.__rmul__"),
+             "torch:Tensor.__mul__", "torch:Tensor.__rmul__", "torch:Tensor.to", "torch:Tensor.type"),
     wrapper=_make_complex,
     when="export",
 ))

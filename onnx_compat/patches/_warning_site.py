@@ -1,0 +1,37 @@
+"""TracerWarnings said at the model's line, not at the wrapper's.
+
+A wrapped torch call that warns with a stack level (``torch.tensor`` under the
+TorchScript tracer: "results are registered as constants"; ``tolist``:
+"Converting a tensor to a Python list") would name the registry's gate as the
+place, and the pipeline's "frozen into the graph by Python code at ..." hint
+would point into onnx_compat. These helpers find the calling code's frame and
+say the warnings there.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+from onnx_compat.patches.registry import Patch
+
+
+def model_frame(depth: int = 1):
+    """The first frame above ``depth`` that is neither the registry's gate nor onnx_compat's patches."""
+    frame = sys._getframe(depth + 1)
+    while frame is not None and (frame.f_code is Patch.gate.__code__
+                                 or frame.f_globals.get("__name__", "").startswith(__package__)):
+        frame = frame.f_back
+    return frame
+
+
+def said_at(frame, call, *args, **kwargs):
+    """``call(*args, **kwargs)``, its warnings re-issued at ``frame``'s line."""
+    if frame is None:
+        return call(*args, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call(*args, **kwargs)
+    for record in caught:
+        warnings.warn_explicit(record.message, record.category, frame.f_code.co_filename, frame.f_lineno,
+                               module=frame.f_globals.get("__name__"))
+    return result

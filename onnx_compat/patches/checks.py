@@ -1,0 +1,157 @@
+"""Checks of tensor values in model code (``assert``, ``torch._assert``, ``if ...: raise``).
+
+Models guard their numerics with ``assert (envelope > 1e-11).all()``,
+``torch._assert(mask.any(), "...")`` or ``if torch.isnan(x).any(): raise``.
+The dynamo exporter traces with values unknown, so the ``bool()`` of such a
+tensor stops the export ("Could not guard on data-dependent expression").
+The TorchScript exporter evaluates it on the example and traces the branch
+taken, which for a check is the right one (the example passes it), but warns
+of a baked constant (which ``export(strict=True)`` refuses); for a check that
+warning is dropped.
+
+A check of a value must not decide whether a model exports. While the dynamo
+exporter traces, a data-dependent ``bool()`` is looked up in the calling
+code: when one of its two branches does nothing but raise, it is a check; the
+other branch is taken and the condition recorded with ``torch._assert_async``
+(kept in the exported program; ``torch.onnx`` drops assertion nodes, as ONNX
+has no operator that fails on a value). Any other data-dependent branch is
+real control flow and still fails, with the source line named.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import sys
+import threading
+import warnings
+from typing import Optional
+
+import torch
+
+from onnx_compat.patches.registry import Patch, register
+from ._deps import torchscript_exporting
+from ._warning_site import said_at
+
+try:
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode as _DataDependent
+except ImportError:  # torch without symbolic shapes: nothing of this kind is ever raised
+    _DataDependent = ()
+
+# A conditional jump taken when the value is True (the suffix names it), by Python release.
+_JUMP_IF = {f"POP_JUMP{kind}_IF_{v}": v == "TRUE" for kind in ("", "_FORWARD", "_BACKWARD") for v in ("TRUE", "FALSE")}
+# What ends a branch that only builds its exception (local assignments such as ``msg = f"..."`` do not).
+_ENDS = ("JUMP", "POP_JUMP", "RETURN", "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_ATTR",
+         "DELETE_SUBSCR", "FOR_ITER", "YIELD", "SEND", "RERAISE")
+_LOOKAHEAD = 64  # instructions a raising branch may take to build its exception
+
+
+_depth = threading.local()
+
+
+class DataDependentBranch(RuntimeError):
+    """A branch on a tensor's value that is not a check, met while the dynamo exporter traced."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        super().__init__(f"{where}: the model branches on a tensor's value here, which the dynamo exporter "
+                         f"cannot trace (only checks whose failing branch just raises are dropped): {cause}")
+        self.where = where
+
+
+@functools.lru_cache(maxsize=256)
+def _instructions(code):
+    listed = list(dis.get_instructions(code))
+    return listed, {ins.offset: i for i, ins in enumerate(listed)}
+
+
+def _raises(listed, start: int) -> bool:
+    """The instructions from ``start`` on build an exception and raise it, with no other effect on flow."""
+    for ins in listed[start:start + _LOOKAHEAD]:
+        if ins.opname == "RAISE_VARARGS":
+            return True
+        if ins.opname.startswith(_ENDS):
+            return False
+    return False
+
+
+def check_outcome(code, offset: int) -> Optional[bool]:
+    """The truth value that avoids the raising branch of the conditional jump at ``offset``, or None
+    when that instruction is no such check (another use of ``bool``, or neither branch just raises)."""
+    listed, index = _instructions(code)
+    i = index.get(offset)
+    if i is None:
+        return None
+    if listed[i].opname == "TO_BOOL":  # Python 3.13: the conversion comes just before the jump
+        i += 1
+    jump = listed[i]
+    if jump.opname not in _JUMP_IF or jump.argval not in index:
+        return None
+    jumps_when = _JUMP_IF[jump.opname]
+    falls_through_raises = _raises(listed, i + 1)
+    target_raises = _raises(listed, index[jump.argval])
+    if falls_through_raises == target_raises:
+        return None
+    return jumps_when if falls_through_raises else not jumps_when
+
+
+def _caller():
+    """The first frame outside onnx_compat's registry and this module (the code that called bool())."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_globals.get("__name__") == __name__ or frame.f_code is Patch.gate.__code__):
+        frame = frame.f_back
+    return frame
+
+
+def _bool(wrapped, instance, args, kwargs):
+    if torchscript_exporting():
+        return _traced_bool(wrapped, args, kwargs)
+    return _symbolic_bool(wrapped, instance, args, kwargs)
+
+
+def _traced_bool(wrapped, args, kwargs):
+    """TorchScript evaluates the check on the example, which is right for a check: only the
+    "might cause the trace to be incorrect" warning (a baked constant to the pipeline) is dropped.
+    Other branches keep it, said at the model's line."""
+    frame = _caller()
+    if frame is None or check_outcome(frame.f_code, frame.f_lasti) is None:
+        return said_at(frame, wrapped, *args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return wrapped(*args, **kwargs)
+
+
+def _symbolic_bool(wrapped, instance, args, kwargs):
+    """Torch function modes (the exporter's) call ``bool()`` again from inside: only the outermost
+    call, whose caller is the model's code, decides."""
+    _depth.value = getattr(_depth, "value", 0) + 1
+    try:
+        return wrapped(*args, **kwargs)
+    except _DataDependent as exc:
+        if _depth.value > 1:
+            raise
+        return _as_check(instance, exc)
+    finally:
+        _depth.value -= 1
+
+
+def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:
+    frame = _caller()
+    if frame is None:
+        raise exc
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    outcome = check_outcome(frame.f_code, frame.f_lasti)
+    if outcome is None:
+        raise DataDependentBranch(where, exc) from exc
+    holds = instance if instance.dtype == torch.bool else instance != 0
+    torch._assert_async(holds if outcome else ~holds, f"value check at {where} failed")
+    return outcome
+
+
+register(Patch(
+    name="value_checks",
+    description="assert / torch._assert / `if ...: raise` on a tensor's value no longer stop the dynamo "
+                "exporter (the non-raising branch is traced, the check kept as torch._assert_async) nor "
+                "count as baked constants under TorchScript",
+    targets=("torch:Tensor.__bool__",),
+    wrapper=_bool,
+    when="export",
+))

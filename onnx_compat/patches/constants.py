@@ -1,0 +1,162 @@
+"""Tensors made from constants in ``forward``, read back as Python numbers, under dynamo.
+
+asteroid's global layer norm (ConvTasNet, DPRNN, DPTNet, ... : 6 of 8 of its
+models in the sweep) reduces over ``torch.arange(1, len(x.shape)).tolist()``;
+DCUNet pads to ``int(torch.from_numpy(self.strides)[1])``. The dynamo exporter
+traces with fake tensors, so even a tensor made from Python constants has no
+values and ``tolist()``/``int()`` stop the export ("Could not extract
+specialized integer from data-dependent expression u0", measured on torch
+2.13). The TorchScript exporter reads the example's values, right here since
+they are constants.
+
+While the dynamo exporter traces, a tensor made by ``torch.arange``,
+``torch.tensor``, ``torch.as_tensor`` or ``torch.from_numpy`` from Python
+numbers, lists or numpy arrays (never from a tensor or a symbolic size) keeps
+its values beside it (computed with numpy, up to 4096 of them), as do its
+integer casts and constant-index slices (seen in the non-strict exporter's
+torch function handler: ``Tensor.__getitem__`` cannot be wrapped safely, see
+the targets); ``tolist()``, ``item()``, ``int()``, ``float()`` and
+``__index__`` of such a tensor return them.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+from onnx_compat.patches.registry import Patch, register
+from ._deps import torchscript_exporting
+from ._warning_site import model_frame, said_at
+
+_MAX_VALUES = 4096
+_known: Dict[int, Tuple[weakref.ref, np.ndarray]] = {}
+
+
+def _is_constant(value) -> bool:
+    if isinstance(value, (bool, int, float, np.ndarray, np.generic)) or value is None:
+        return True  # torch.SymInt / SymFloat (symbolic sizes) are no int or float
+    if isinstance(value, (list, tuple)):
+        return all(_is_constant(v) for v in value)
+    return False
+
+
+def known_values(tensor) -> Optional[np.ndarray]:
+    """The values a tensor made from constants holds, or None."""
+    hit = _known.get(id(tensor))
+    return hit[1] if hit is not None and hit[0]() is tensor else None
+
+
+def _remember(tensor, values) -> None:
+    if not isinstance(tensor, torch.Tensor) or tensor.is_complex():
+        return
+    values = np.asarray(values)
+    if values.size > _MAX_VALUES or values.shape != tuple(tensor.shape):
+        return
+    kind = float if tensor.dtype.is_floating_point else bool if tensor.dtype == torch.bool else np.int64
+    if len(_known) > 4 * _MAX_VALUES:  # drop the entries of tensors gone (ids may be reused)
+        for key in [k for k, (ref, _) in _known.items() if ref() is None]:
+            del _known[key]
+    _known[id(tensor)] = (weakref.ref(tensor), values.astype(kind))
+
+
+def _factory_values(name: str, args, kwargs):
+    if name == "arange":
+        numbers = [a for a in args if not isinstance(a, torch.dtype)]
+        return np.arange(*numbers) if 1 <= len(numbers) <= 3 else None
+    source = args[0] if args else kwargs.get("data", kwargs.get("ndarray"))
+    return None if source is None else np.asarray(source)
+
+
+def _factory(wrapped, instance, args, kwargs):
+    made = wrapped(*args, **kwargs)
+    shaping = {k: v for k, v in kwargs.items() if k not in ("dtype", "device", "requires_grad", "pin_memory",
+                                                             "layout", "copy")}
+    if _is_constant(list(args)) and _is_constant(list(shaping.values())):
+        try:
+            values = _factory_values(wrapped.__name__, args, shaping)
+        except (TypeError, ValueError):
+            values = None
+        if values is not None:
+            _remember(made, values)
+    return made
+
+
+def _derived(wrapped, instance, args, kwargs):
+    """Integer casts keep the values known."""
+    out = wrapped(*args, **kwargs)
+    values = known_values(instance)
+    if values is not None:
+        _remember(out, values)
+    return out
+
+
+_READERS = {
+    "tolist": lambda v: v.tolist(),
+    "item": lambda v: v.item(),
+    "__int__": lambda v: int(v.item()),
+    "__index__": lambda v: int(v.item()),
+    "__float__": lambda v: float(v.item()),
+}
+
+
+def _read(wrapped, instance, args, kwargs):
+    values = known_values(instance)
+    if values is None or args or kwargs or (wrapped.__name__ != "tolist" and values.size != 1):
+        return wrapped(*args, **kwargs)
+    return _READERS[wrapped.__name__](values)
+
+
+def _constant_key(key) -> bool:
+    parts = key if isinstance(key, tuple) else (key,)
+    return all(p is None or p is Ellipsis or (isinstance(p, int) and not isinstance(p, bool))
+               or (isinstance(p, slice) and _is_constant([p.start, p.stop, p.step])) for p in parts)
+
+
+def _traced_call(wrapped, instance, args, kwargs):
+    """The non-strict exporter's torch function handler sees ``tensor[key]``, which cannot be wrapped on
+    ``torch.Tensor`` itself (see the targets): indexing a known tensor with constants keeps it known."""
+    result = wrapped(*args, **kwargs)
+    func, call = args[0], (args[2] if len(args) > 2 else kwargs.get("args", ()))
+    if getattr(func, "__name__", None) == "__getitem__" and len(call) == 2 and _constant_key(call[1]):
+        values = known_values(call[0])
+        if values is not None:
+            _remember(result, values[call[1]])
+    return result
+
+
+def _constants(wrapped, instance, args, kwargs):
+    if torchscript_exporting():  # nothing to do there but keep the tracer's warnings at the model's line
+        return said_at(model_frame(), wrapped, *args, **kwargs)
+    name = wrapped.__name__
+    if name == "__torch_function__":
+        return _traced_call(wrapped, instance, args, kwargs)
+    if name in _READERS:
+        return _read(wrapped, instance, args, kwargs)
+    if instance is not None:
+        return _derived(wrapped, instance, args, kwargs)
+    return _factory(wrapped, instance, args, kwargs)
+
+
+register(Patch(
+    name="constant_values",
+    description="tensors made from Python constants in forward (torch.arange(1, x.dim()).tolist(), "
+                "int(torch.tensor(n))) give their values back while the dynamo exporter traces",
+    # not Tensor.__getitem__: overriding it on torch.Tensor and deleting the override afterwards leaves the
+    # type a sequence (CPython fills sq_item, which TensorBase lacks), and the TorchScript exporter then
+    # fails on "len() of a 0-d tensor" in every later export of the process
+    targets=("torch:arange", "torch:tensor", "torch:as_tensor", "torch:from_numpy",
+             "torch:Tensor.long", "torch:Tensor.int", "torch:Tensor.tolist", "torch:Tensor.item",
+             "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__",
+             # the tensors the dynamo exporter traces with have their own tolist
+             "torch._subclasses.fake_tensor:FakeTensor.tolist",
+             "torch._subclasses.functional_tensor:FunctionalTensor.tolist",
+             "torch._export.non_strict_utils:_NonStrictTorchFunctionHandler.__torch_function__"),
+    optional=("torch._subclasses.fake_tensor:FakeTensor.tolist",
+              "torch._subclasses.functional_tensor:FunctionalTensor.tolist",
+              "torch._export.non_strict_utils:_NonStrictTorchFunctionHandler.__torch_function__"),
+    wrapper=_constants,
+    when="export",
+    aliases=False,
+))

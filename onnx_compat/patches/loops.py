@@ -1,0 +1,127 @@
+"""Python loops whose trip count is a dynamic size, met while the dynamo exporter traces.
+
+A length regulator loops over the batch (``for h, d in zip(x, durations)``
+or ``for i in range(x.shape[0])``); a codec loops over chunk offsets
+``range(0, length - step, stride)``. Neither exporter writes a Python loop as
+a graph loop: the TorchScript exporter unrolls it at the example's count
+(silently: no size of its trace is known to be dynamic), the dynamo exporter
+specialises the dim, so the exported model refuses any other batch or length
+("Got invalid dimensions for input") or fails with ``DimSpecialized`` far
+from the loop (measured on torch 2.13).
+
+While the dynamo exporter traces, iterating over a tensor whose first dim is
+dynamic, or ``range()`` of a dynamic size in the model's own code (read off
+the calling bytecode), raises one error naming the source line and the dim, so
+the fix (tensor ops over the whole dim, or a static size)
+is clear. Torch's own code is left alone.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import sys
+
+import torch
+
+from onnx_compat.patches.registry import Patch, register
+from ._calls import tensor_call
+from .recurrent import _refuse
+
+_SymInt = getattr(torch, "SymInt", None)
+
+
+def _model_frame():
+    """The model code's frame that made the call (iterating a tensor counts as the model's own
+    ``unbind``), or None when torch or a patch did."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_globals.get("__name__") == __name__ or frame.f_code is Patch.gate.__code__):
+        frame = frame.f_back
+    if frame is not None and frame.f_code is torch.Tensor.__iter__.__code__:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    module = frame.f_globals.get("__name__", "")
+    return None if module.split(".")[0] == "torch" or module.startswith(__package__) else frame
+
+
+def _is_dynamic(size) -> bool:
+    if _SymInt is None or not isinstance(size, _SymInt):
+        return False
+    return bool(getattr(size.node, "expr", None) is not None and size.node.expr.free_symbols)
+
+
+def _refuse_at(frame, what: str, size) -> None:
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    _refuse(f"{where}: {what} the dynamic size {size.node.expr}: a Python loop or list sized by it is unrolled "
+            f"at the example's value, so the exported graph would hold only that many steps. Write it with "
+            f"tensor ops over the whole dim (or make the dim static)")
+
+
+def _unbind(wrapped, instance, args, kwargs):
+    """Iterating a tensor is ``unbind(0)``; wrapping ``__iter__`` itself would move its TracerWarning
+    ("Iterating over a tensor ...") from the model's line to the wrapper's."""
+    b = tensor_call(instance, args, kwargs, ("input", "dim"), {"dim": 0})
+    x = None if b is None else b["input"]
+    frame = _model_frame()
+    if frame is not None and isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and x.dim() > 0:
+        size = x.shape[b["dim"]]
+        if _is_dynamic(size):
+            _refuse_at(frame, f"unbinding (iterating over) dim {b['dim'] % x.dim()} of a tensor of shape "
+                              f"{tuple(x.shape)} loops over", size)
+    return wrapped(*args, **kwargs)
+
+
+def called_name(code, offset: int):
+    """The name a call at ``offset`` calls (``range``, ``len``), read off the bytecode, or None.
+
+    Walks back from the ``CALL`` over its arguments' stack effects to the instruction that pushed
+    the callable; straight-line code only (anything else: None)."""
+    listed = _listed(code)
+    at = next((k for k, ins in enumerate(listed) if ins.offset == offset), None)
+    while at is not None and at + 1 < len(listed) and listed[at].opname in ("PRECALL", "KW_NAMES"):
+        at += 1  # Python 3.11 may make the call from its PRECALL
+    if at is None or listed[at].opname != "CALL":
+        return None
+    need, depth, k = listed[at].arg, 0, at - 1
+    while k >= 0 and listed[k].opname in ("PRECALL", "KW_NAMES", "CACHE"):
+        k -= 1
+    for ins in reversed(listed[:k + 1]):
+        if ins.opname.startswith(("JUMP", "POP_JUMP", "FOR_ITER", "RETURN")):
+            return None
+        depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+        if depth > need:
+            return ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
+        if ins.is_jump_target:  # entered from elsewhere too: what was below on the stack is not known here
+            return None
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _listed(code):
+    return list(dis.get_instructions(code))
+
+
+def _index(wrapped, instance, args, kwargs):
+    """Only ``range(size)`` is refused: ``len(tensor)`` and other int uses are left to torch, whose
+    strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
+    frame = _model_frame()
+    if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
+        _refuse_at(frame, "range() takes", instance)
+    return wrapped(*args, **kwargs)
+
+
+def _loop_use(wrapped, instance, args, kwargs):
+    return (_index if _SymInt is not None and isinstance(instance, _SymInt) else _unbind)(
+        wrapped, instance, args, kwargs)
+
+
+register(Patch(
+    name="dynamic_loops",
+    description="a Python loop over a dynamic dim (iterating a tensor, range(size)) in model code raises one "
+                "error naming the source line and the dim under dynamo, instead of a specialised graph",
+    targets=("torch:unbind", "torch:Tensor.unbind") + (("torch:SymInt.__index__",) if _SymInt is not None else ()),
+    wrapper=_loop_use,
+    when="dynamo",
+    aliases=False,
+    requires=("onnx_translations",),
+))

@@ -1,0 +1,270 @@
+"""Small models of their own for each pattern of issue #24, used by test_patterns.py.
+
+Kept out of the test module: pytest rewrites the ``assert`` statements of test modules, and the value
+checks below must reach the exporters as model code has them.
+"""
+import math
+from typing import List
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# --- 1. overlap-add with F.fold -------------------------------------------------------------------
+
+class FoldISTFT(nn.Module):
+    """A "same"-padded ISTFT head written by hand: irfft, window, F.fold overlap-add, the window
+    envelope made the same way, checked, squeezed and divided out."""
+
+    def __init__(self, n_fft=16, hop=4, channels=8):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        self.proj = nn.Conv1d(channels, n_fft + 2, 1)
+        self.register_buffer("window", torch.hann_window(n_fft))
+
+    def forward(self, x):  # [B, C, T] -> [B, (T - 1) * hop]
+        mag, phase = self.proj(x).chunk(2, dim=1)
+        spec = torch.exp(mag).clip(max=1e2) * (torch.cos(phase) + 1j * torch.sin(phase))
+        frames = spec.shape[-1]
+        pad = (self.n_fft - self.hop) // 2
+        size = (frames - 1) * self.hop + self.n_fft
+        y = torch.fft.irfft(spec, self.n_fft, dim=1, norm="backward") * self.window[None, :, None]
+        y = F.fold(y, output_size=(1, size), kernel_size=(1, self.n_fft), stride=(1, self.hop))[:, 0, 0, pad:-pad]
+        squares = self.window.square().expand(1, frames, -1).transpose(1, 2)
+        envelope = F.fold(squares, output_size=(1, size), kernel_size=(1, self.n_fft),
+                          stride=(1, self.hop)).squeeze()[pad:-pad]
+        assert (envelope > 1e-11).all()
+        return y / envelope
+
+
+class ChunkOverlapAdd(nn.Module):
+    """Dual-path style: 50 %-overlapping chunks out with F.unfold, processed, added back with nn.Fold."""
+
+    def __init__(self, channels=4, chunk=6):
+        super().__init__()
+        self.chunk, self.hop = chunk, chunk // 2
+        self.mix = nn.Linear(chunk, chunk)
+
+    def forward(self, x):  # [B, C, L]
+        length = x.shape[-1]
+        chunks = F.unfold(x[..., None], (self.chunk, 1), padding=(self.chunk, 0), stride=(self.hop, 1))
+        b, ck, n = chunks.shape
+        chunks = self.mix(chunks.reshape(b, -1, self.chunk, n).transpose(2, 3)).transpose(2, 3).reshape(b, ck, n)
+        fold = nn.Fold((length, 1), (self.chunk, 1), padding=(self.chunk, 0), stride=(self.hop, 1))
+        return fold(chunks)[..., 0]
+
+
+class Fold2d(nn.Module):
+    """Blocks of an image-like map with stride, dilation and padding on both axes, folded back."""
+
+    def forward(self, x):  # [B, 2, H, W]
+        geometry = dict(kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1))
+        blocks = F.unfold(x, **geometry)
+        return F.fold(blocks * blocks.tanh(), x.shape[-2:], **geometry)
+
+
+# --- 2. value checks ------------------------------------------------------------------------------
+
+class ValueChecks(nn.Module):
+    def forward(self, x):
+        envelope = x.abs() + 0.1
+        assert (envelope > 1e-11).all()
+        torch._assert((envelope > 0).all(), "envelope must be positive")
+        if torch.isnan(x).any():
+            raise ValueError(f"NaN in the input of shape {tuple(x.shape)}")
+        if not torch.isfinite(x).all():
+            raise RuntimeError
+        return x / envelope
+
+
+class ValueBranch(nn.Module):
+    def forward(self, x):
+        if (x > 0).all():
+            return x
+        return -x
+
+
+# --- 3. complex values made by a cast -------------------------------------------------------------
+
+class ComplexCast(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def forward(self, x):  # [B, T, 8]
+        if self.form == "to":
+            z = x.to(torch.complex64)
+        elif self.form == "type":
+            z = x.type(torch.cfloat)
+        elif self.form == "to_keyword":
+            z = (2 * x).to(dtype=torch.cfloat)
+        else:
+            z = torch.complex(x, torch.zeros_like(x))
+        spectrum = torch.fft.fft(z, dim=-1)
+        return spectrum.abs() + torch.fft.ifft(spectrum * spectrum.conj(), dim=-1).real
+
+
+# --- 6./7. sizes from Python float arithmetic, sizes traced as tensors ---------------------------
+
+class SizeMath(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def forward(self, x):  # [B, C, T]
+        length = x.shape[-1]
+        if self.form == "pad_to_hop":
+            frames = math.ceil(length / 4)
+            return F.pad(x, (0, frames * 4 - length)).reshape(x.shape[0], x.shape[1], -1, 4).mean(-1)
+        new_length = math.floor(3 * length / 2)  # a resampler's output length
+        return F.interpolate(x, scale_factor=1.5, mode="linear")[..., :new_length]
+
+
+class TracedNFFT(nn.Module):
+    """``n_fft = 2 * (bins - 1)`` from the spectrum's shape into istft and irfft."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.gain = nn.Linear(9, 9)
+
+    def forward(self, x):  # [B, T] audio
+        spec = torch.stft(x, 16, 4, window=torch.hann_window(16), return_complex=True)
+        spec = spec * torch.sigmoid(self.gain(spec.abs().transpose(1, 2))).transpose(1, 2)
+        n_fft = 2 * (spec.shape[-2] - 1)
+        if self.form == "istft":
+            return torch.istft(spec, n_fft, hop_length=n_fft // 4, window=torch.hann_window(n_fft),
+                               length=x.shape[-1])
+        return torch.fft.irfft(spec, n=n_fft, dim=1).sum(1)
+
+
+# --- 8. helpers compiled inside libraries ---------------------------------------------------------
+
+@torch.jit.script
+def _snake(x, alpha):
+    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
+
+
+@torch.jit.script
+def _pad_to(x, n: int):
+    return F.pad(x, [0, n - x.shape[-1]])
+
+
+@torch.jit.script_if_tracing
+def _z_norm(x, dims: List[int], eps: float = 1e-8):
+    mean = x.mean(dim=dims, keepdim=True)
+    return (x - mean) / (torch.var(x, dim=dims, keepdim=True, unbiased=False) + eps).sqrt()
+
+
+class Scripted(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.alpha = nn.Parameter(torch.rand(1, 4, 1) + 0.5)
+
+    def forward(self, x):  # [B, 4, T]
+        if self.form == "pad_to":
+            return _pad_to(x, 2 * x.shape[-1]).cumsum(-1)
+        if self.form == "snake":
+            return _snake(x, self.alpha)
+        return _z_norm(x, [1, 2])
+
+
+# --- 10./11. small op gaps ------------------------------------------------------------------------
+
+class EyeMask(nn.Module):
+    def forward(self, x):  # [B, T, D]
+        local = torch.eye(x.shape[1], dtype=torch.bool) | torch.eye(x.shape[1], dtype=torch.bool).roll(1, 1)
+        scores = (x @ x.transpose(1, 2)).masked_fill(~local, float("-inf"))
+        return scores.softmax(-1) @ x
+
+
+class StridedFrames(nn.Module):
+    def forward(self, x):  # [B, T] audio, framed by hand
+        batch, length = x.shape
+        frames = (length - 8) // 2 + 1
+        return x.contiguous().as_strided((batch, frames, 8), (length, 2, 1)) * torch.hann_window(8)
+
+
+class SqueezeAll(nn.Module):
+    def forward(self, x):  # [B, T, D]
+        pooled = x.mean(1, keepdim=True)[:, None]  # [B, 1, 1, D]
+        return pooled.squeeze() * 2 + torch.squeeze(x[:, :1]).sum(-1, keepdim=True)
+
+
+# value checks in the forms Python compiles them to (read by checks.check_outcome)
+
+def _assert_form(x):
+    assert x, "message"
+
+
+def _raise_form(x):
+    if x:
+        raise ValueError(f"bad {x}")
+    return 1
+
+
+def _negated_form(x):
+    if not x:
+        raise RuntimeError
+    return 1
+
+
+def _branch_form(x):
+    if x:
+        return 1
+    return 2
+
+
+# --- constants read back as numbers, strides read from the tensor (the sweep's asteroid and julius forms) --
+
+@torch.jit.script_if_tracing
+def _global_norm(x, eps: float = 1e-8):
+    dims: List[int] = torch.arange(1, x.dim()).tolist()  # a function of the rank only
+    mean = x.mean(dim=dims, keepdim=True)
+    return (x - mean) / (torch.var(x, dim=dims, keepdim=True, unbiased=False) + eps).sqrt()
+
+
+class GlobalNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gain = nn.Parameter(torch.rand(1, 4, 1) + 0.5)
+
+    def forward(self, x):  # [B, 4, T]
+        return _global_norm(x) * self.gain
+
+
+class PadToStrideProduct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.strides = np.array([2, 3])
+
+    def forward(self, x):  # [B, 4, T]
+        product = int(torch.from_numpy(np.cumprod(self.strides))[-1])
+        return F.pad(x, (0, (product - x.shape[-1] % product) % product)).cumsum(-1)
+
+
+class FramesFromStride(nn.Module):
+    """Framing written with as_strided, the length rounded up with math.ceil and the row stride read
+    from the padded tensor."""
+
+    def forward(self, x):  # [B, T] audio
+        length = x.shape[-1]
+        frames = math.ceil((max(length, 8) - 8) / 3) + 1
+        padded = F.pad(x, (0, (frames - 1) * 3 + 8 - length)).contiguous()
+        return padded.as_strided([x.shape[0], frames, 8], [padded.stride(0), 3, 1]) * torch.hann_window(8)
+
+
+class CoverWithConv(nn.Module):
+    """Pad so that a strided conv covers every input sample (codec encoders)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 4, 8, stride=4)
+
+    def forward(self, x):  # [B, T] audio
+        length = x.shape[-1]
+        covered = (math.ceil((length - 8) / 4 + 1) - 1) * 4 + 8
+        return self.conv(F.pad(x[:, None], (0, covered - length)))

@@ -1,0 +1,366 @@
+"""Coverage round 3 (issue #24): the patterns that stopped third-party models, each with small models of
+its own in several forms. Exports run under ``patched()`` (mostly TorchScript, a few dynamo), ONNX Runtime
+is compared with the unpatched eager model at new batch and length sizes (B=1 too), and the vanilla
+failure is asserted where this torch has it."""
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import onnx_compat
+from onnx_compat import Dim, TensorSpec
+from onnx_compat.int_ranges import IntRangeError, infer_int_ranges
+from onnx_compat.patches.checks import check_outcome
+
+from helpers import EXPORTERS, export, run, vanilla_failure
+from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
+                            FramesFromStride, GlobalNorm, PadToStrideProduct, Scripted, SizeMath,
+                            SqueezeAll, StridedFrames, TracedNFFT, ValueBranch, ValueChecks, _assert_form,
+                            _branch_form, _negated_form, _raise_form)
+
+DYNAMO = "dynamo" in EXPORTERS
+needs_dynamo = pytest.mark.skipif(not DYNAMO, reason="the dynamo exporter is used from torch 2.13 on")
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+def _audio(B, T, g):
+    return (torch.randn(B, 4 * T, generator=g),)
+
+
+def _channels(C):
+    return lambda B, T, g: (torch.randn(B, C, T, generator=g),)
+
+
+def _image(B, T, g):
+    return (torch.randn(B, 2, T, T // 2 + 3, generator=g),)
+
+
+def _btd(B, T, g):
+    return (torch.randn(B, T, 8, generator=g),)
+
+
+# name: (model, inputs(B, T, gen), dynamic axes, exporters, vanilla failure per exporter on torch 2.13).
+# dynamo runs where it needed a patch (~5 s each); where it exports a pattern by itself, TorchScript only.
+CASES = {
+    "fold_istft_head": (FoldISTFT, _channels(8), {0: {0: "b", 2: "t"}}, ("torchscript",),
+                        {"torchscript": "Unknown number type: complex"}),
+    "fold_chunk_overlap_add": (ChunkOverlapAdd, _channels(4), {0: {0: "b", 2: "t"}}, ("torchscript",),
+                               {"torchscript": "'NoneType' object is not subscriptable"}),
+    "fold_2d": (Fold2d, _image, {0: {0: "b", 2: "h", 3: "w"}}, ("torchscript",),
+                {"torchscript": "'NoneType' object is not subscriptable"}),
+    "value_checks": (ValueChecks, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
+                     {"dynamo": "data-dependent"}),
+    "complex_to": (lambda: ComplexCast("to"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                   {"torchscript": "aten::fft_fft"}),
+    "complex_type": (lambda: ComplexCast("type"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                     {"torchscript": "aten::fft_fft"}),
+    "complex_to_keyword": (lambda: ComplexCast("to_keyword"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                           {"torchscript": "aten::fft_fft"}),
+    "complex_of_zeros": (lambda: ComplexCast("complex"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                         {"torchscript": "aten::complex"}),
+    "pad_to_hop_ceil": (lambda: SizeMath("pad_to_hop"), _channels(3), {0: {0: "b", 2: "t"}}, ("torchscript",),
+                        {"torchscript": ("mismatch", "Reshape")}),
+    "resampled_length_floor": (lambda: SizeMath("resample"), _channels(3), {0: {0: "b", 2: "t"}},
+                               ("torchscript",), {"torchscript": "mismatch"}),
+    "istft_traced_n_fft": (lambda: TracedNFFT("istft"), _audio, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                           {"torchscript": "STFT does not currently support complex types"}),
+    "irfft_traced_n": (lambda: TracedNFFT("irfft"), _audio, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                       {"torchscript": "STFT does not currently support complex types"}),
+    "scripted_int_argument": (lambda: Scripted("pad_to"), _channels(4), {0: {0: "b", 2: "t"}},
+                              ("torchscript",), {"torchscript": "mismatch"}),
+    "scripted_activation": (lambda: Scripted("snake"), _channels(4), {0: {0: "b", 2: "t"}}, ("torchscript",), {}),
+    "script_if_tracing_norm": (lambda: Scripted("z_norm"), _channels(4), {0: {0: "b", 2: "t"}},
+                               ("torchscript",), {}),
+    "eye_bool_mask": (EyeMask, _btd, {0: {0: "b", 1: "t"}}, ("torchscript",), {"torchscript": "EyeLike"}),
+    "as_strided_frames": (StridedFrames, _audio, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                          {"torchscript": "because it is not constant"}),
+    "as_strided_row_stride": (FramesFromStride, _audio, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
+                              {"torchscript": "mismatch"}),
+    "conv_cover_ceil": (CoverWithConv, _audio, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                        {"torchscript": "mismatch"}),
+    "constant_reduce_dims": (GlobalNorm, _channels(4), {0: {0: "b", 2: "t"}}, ("torchscript", "dynamo"),
+                             {"dynamo": "data-dependent"}),
+    "constant_stride_product": (PadToStrideProduct, _channels(4), {0: {0: "b", 2: "t"}},
+                                ("torchscript", "dynamo"), {}),
+}
+SIZES = [(1, 23), (3, 50), (2, 9)]
+
+
+def _build(name):
+    torch.manual_seed(sum(map(ord, name)))
+    return CASES[name][0]().eval()
+
+
+def _inputs(name, B, T, seed):
+    return CASES[name][1](B, T, torch.Generator().manual_seed(seed))
+
+
+def _export(model, name, exporter):
+    with torch.no_grad():
+        return export(model, _inputs(name, 2, 37, 0), exporter, CASES[name][2])
+
+
+def _check(proto, model, name):
+    for seed, (B, T) in enumerate(SIZES, start=1):
+        args = _inputs(name, B, T, seed)
+        with torch.no_grad():
+            expected = model(*args).numpy()
+        got = run(proto, *[a.numpy() for a in args])[0]
+        where = f"{name} at B={B}, T={T}"
+        assert got.shape == expected.shape, f"{where}: shape {got.shape}, eager {expected.shape}"
+        assert np.std(expected) > 1e-3, f"{where}: degenerate reference output"
+        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3, err_msg=where)
+
+
+PATCHED = [(n, e) for n, case in CASES.items() for e in case[3]]
+VANILLA = [(n, e) for n, case in CASES.items() for e in case[4] if e in case[3]]
+
+
+@pytest.mark.parametrize("name,exporter", PATCHED)
+def test_patched_export_matches_eager(name, exporter):
+    if exporter not in EXPORTERS:
+        pytest.skip("the dynamo exporter is used from torch 2.13 on")
+    model = _build(name)
+    with onnx_compat.patched():
+        proto = _export(model, name, exporter)
+    _check(proto, model, name)
+
+
+@pytest.mark.parametrize("name,exporter", VANILLA)
+def test_vanilla_export_fails_as_recorded(name, exporter):
+    """Recorded on torch 2.13 (the release the patches were measured on)."""
+    if exporter not in EXPORTERS or not torch.__version__.startswith("2.13"):
+        pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
+    model = _build(name)
+    vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), CASES[name][4][exporter])
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "as_strided_frames"])
+def test_eager_is_untouched_inside_patched(name):
+    model = _build(name)
+    args = _inputs(name, 3, 20, 5)
+    with torch.no_grad():
+        expected = model(*args)
+        with onnx_compat.patched():
+            got = model(*args)
+    assert torch.equal(got, expected)
+
+
+# --- value checks: which branch is the check ------------------------------------------------------
+
+def _first_jump_offset(fn):
+    import dis
+    return next(i.offset for i in dis.get_instructions(fn) if i.opname.startswith("POP_JUMP"))
+
+
+@pytest.mark.parametrize("fn,outcome", [(_assert_form, True), (_raise_form, False), (_negated_form, True),
+                                        (_branch_form, None)])
+def test_the_non_raising_branch_is_read_from_bytecode(fn, outcome):
+    assert check_outcome(fn.__code__, _first_jump_offset(fn)) is outcome
+
+
+@needs_dynamo
+def test_a_real_branch_on_a_value_names_its_line():
+    with onnx_compat.patched(), pytest.raises(Exception) as raised:
+        export(ValueBranch(), (torch.randn(2, 5),), "dynamo", {0: {0: "b", 1: "t"}})
+    text = str(raised.value) + repr(raised.value.__cause__)
+    line = ValueBranch.forward.__code__.co_firstlineno + 1
+    assert f"pattern_models.py:{line}" in text and "branches on a tensor's value" in text, text[-800:]
+
+
+# --- 4. Python loops over a dynamic size ----------------------------------------------------------
+
+class BatchLoop(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def forward(self, x, durations):
+        if self.form == "zip":
+            return torch.stack([torch.repeat_interleave(h, d, dim=0).sum(0) for h, d in zip(x, durations)])
+        offsets = range(0, x.shape[1] - 4, 3)  # chunk offsets over time
+        return torch.stack([x[:, o:o + 4].mean(1) for o in offsets], 1)
+
+
+@needs_dynamo
+@pytest.mark.parametrize("form,dim", [("zip", "(iterating over) dim 0"), ("chunks", "range()")])
+def test_a_loop_over_a_dynamic_dim_names_its_line_and_dim(form, dim):
+    x, d = torch.randn(2, 13, 4), torch.randint(0, 3, (2, 13))
+    with onnx_compat.patched(), pytest.raises(Exception) as raised:
+        export(BatchLoop(form), (x, d), "dynamo", {0: {0: "b", 1: "t"}, 1: {0: "b", 1: "t"}})
+    text = str(raised.value)
+    assert "test_patterns.py:" in text and dim in text and "dynamic size" in text, text[-800:]
+
+
+def test_a_loop_over_a_static_dim_still_exports():
+    """A batch fixed at export (a length regulator's loop) is no dynamic loop: it exports and verifies."""
+    model = BatchLoop("zip")
+    x, d = torch.randn(2, 13, 4), torch.randint(0, 3, (2, 13))
+    with onnx_compat.patched():
+        proto = export(model, (x, d), "torchscript", {0: {1: "t"}, 1: {1: "t"}})
+    y, e = torch.randn(2, 21, 4), torch.randint(1, 4, (2, 21))
+    np.testing.assert_allclose(run(proto, y.numpy(), e.numpy())[0], model(y, e).numpy(), atol=1e-4, rtol=1e-4)
+
+
+# --- 11. squeeze without a dim --------------------------------------------------------------------
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_dimless_squeeze_keeps_a_dynamic_batch_of_one(exporter):
+    """Batch-consistent: at B=1 the output is the first row of a batch of two, not a squeezed tensor."""
+    model = SqueezeAll()
+    with onnx_compat.patched():
+        proto = export(model, (torch.randn(2, 6, 8),), exporter, {0: {0: "b", 1: "t"}})
+    for B, T in ((1, 5), (3, 11)):
+        x = torch.randn(B, T, 8)
+        with torch.no_grad():
+            expected = model(torch.cat([x, x]))[:B].numpy()
+        got = run(proto, x.numpy())[0]
+        assert got.shape == expected.shape, f"B={B}, T={T}: {got.shape} vs {expected.shape}"
+        np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=f"B={B}, T={T}")
+
+
+# --- 5. integer input ranges ----------------------------------------------------------------------
+
+class UnitVocoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.units, self.speaker, self.language = nn.Embedding(100, 4), nn.Embedding(2, 4), nn.Embedding(3, 4)
+        self.styles = nn.Parameter(torch.randn(5, 4))
+
+    def forward(self, units, speaker, language, style):
+        h = self.units(units) + self.speaker(speaker.long())[:, None] + self.language(language[:, 0])[:, None]
+        return h + self.styles[style][:, None] + F.one_hot(style, 7).float().sum()
+
+
+def _int_specs():
+    b, t = Dim("batch"), Dim("time")
+    return [TensorSpec("units", [b, t], dtype=torch.int64), TensorSpec("speaker", [b], dtype=torch.int32),
+            TensorSpec("language", [b, 1], dtype=torch.int64), TensorSpec("style", [b], dtype=torch.int64)]
+
+
+def _int_examples():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 10, (3, 11), generator=g), torch.randint(0, 10, (3,), generator=g, dtype=torch.int32),
+            torch.randint(0, 10, (3, 1), generator=g), torch.randint(0, 10, (3,), generator=g)]
+
+
+def test_int_ranges_are_read_from_the_tables_they_index():
+    model = UnitVocoder()
+    with pytest.raises(IndexError):  # the default draws in [0, 10) break the eager model
+        model(*_int_examples())
+    found = infer_int_ranges(model, _int_specs(), _int_examples())
+    assert found.values == {"units": (0, 100), "speaker": (0, 2), "language": (0, 3), "style": (0, 5)}
+    assert any("style" in n and "one_hot of 7" in n and "__getitem__ of 5" in n for n in found.notes), found.notes
+    g = torch.Generator().manual_seed(1)
+    inside = [torch.randint(0, found.values[s.name][1], e.shape, generator=g, dtype=e.dtype)
+              for s, e in zip(_int_specs(), _int_examples())]
+    assert model(*inside).std() > 0  # the inferred ranges run
+
+
+def test_int_ranges_keep_declared_values_and_skip_unindexed_inputs():
+    specs = _int_specs()
+    specs[0] = TensorSpec("units", specs[0].dims, dtype=torch.int64, values=(0, 50))
+    found = infer_int_ranges(UnitVocoder(), specs, dict(zip([s.name for s in specs], _int_examples())))
+    assert "units" not in found.values and found.values["speaker"] == (0, 2)
+
+
+class Shifted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(4, 3)
+
+    def forward(self, ids, data):
+        return self.table(ids + 1).sum(-1) + data
+
+
+def test_an_input_indexing_through_arithmetic_is_named_with_values():
+    specs = [TensorSpec("ids", [Dim("batch")], dtype=torch.int64), TensorSpec("data", [Dim("batch")])]
+    with pytest.raises(IntRangeError, match=r"'ids'.*embedding.*values=") as raised:
+        infer_int_ranges(Shifted(), specs, [torch.randint(0, 10, (3,)), torch.randn(3)])
+    assert raised.value.input == "ids"
+
+
+# --- through the pipeline -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,exporter,spec", [
+    ("fold_istft_head", "torchscript", [8]),
+    ("fold_chunk_overlap_add", "torchscript", [4]),
+    ("complex_to", "torchscript", [None, 8]),
+])
+def test_through_export(tmp_path, name, exporter, spec):
+    """The public pipeline: the patched export verified at its own new sizes (B=1 first)."""
+    if exporter not in EXPORTERS:
+        pytest.skip("the dynamo exporter is used from torch 2.13 on")
+    b, t = Dim("batch"), Dim("time", min=4)
+    dims = [b, t] + spec[1:] if spec[0] is None else [b] + spec + [t]
+    out = {"fold_istft_head": [b, Dim("samples")], "fold_chunk_overlap_add": [b, 4, t], "complex_to": [b, t, 8]}
+    report = onnx_compat.export(_build(name), str(tmp_path / "m.onnx"), inputs=[TensorSpec("data", dims)],
+                                outputs=[TensorSpec("output", out[name])], exporter=exporter)
+    assert report.exporter == exporter and report.verification, report.summary()
+    assert all(c["ok"] for c in report.verification) and report.degenerate == [], report.summary()
+    assert any(c["sizes"]["batch"] == 1 for c in report.verification), report.summary()
+
+
+def test_checks_are_no_baked_constants_under_torchscript(tmp_path):
+    """TorchScript evaluates a check on the example (right for a check); its TracerWarning made
+    export(strict=True) refuse the model. A real branch on a value is still refused."""
+    b, t = Dim("batch"), Dim("time")
+    io = dict(inputs=[TensorSpec("data", [b, t])], outputs=[TensorSpec("output", [b, t])],
+              exporter="torchscript", strict=True)
+    report = onnx_compat.export(ValueChecks(), str(tmp_path / "checks.onnx"), **io)
+    assert all(c["ok"] for c in report.verification) and report.warnings["baked"] == [], report.summary()
+    with pytest.raises(Exception, match="strict: a tensor was turned into a Python number"):
+        onnx_compat.export(ValueBranch(), str(tmp_path / "branch.onnx"), **io)
+
+
+def test_vanilla_dimless_squeeze_drops_the_batch_of_one():
+    """Recorded on torch 2.13: the exported Squeeze has no axes, so ONNX Runtime drops B=1."""
+    if not torch.__version__.startswith("2.13"):
+        pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
+    proto = export(SqueezeAll(), (torch.randn(2, 6, 8),), "torchscript", {0: {0: "b", 1: "t"}})
+    assert run(proto, torch.randn(1, 5, 8).numpy())[0].shape == (8,)
+
+
+class LastFrame(nn.Module):
+    def forward(self, frames, last):  # frames [B, T, D], last [B]: an index into the dynamic time axis
+        return frames[torch.arange(frames.shape[0]), last]
+
+
+def test_an_input_indexing_a_dynamic_axis_is_named_with_values():
+    b, t = Dim("batch"), Dim("time")
+    specs = [TensorSpec("frames", [b, t, 4]), TensorSpec("last", [b], dtype=torch.int64)]
+    with pytest.raises(IntRangeError, match=r"'last'.*computed from the inputs.*values="):
+        infer_int_ranges(LastFrame(), specs, [torch.randn(3, 11, 4), torch.randint(0, 10, (3,))])
+
+
+def _calls(x, s, n):
+    a = range(0, x.shape[1] - 4, 3)
+    b = x.expand(len(s), n)
+    return a, b, [o for o in range(len(x))]
+
+
+def test_the_called_name_is_read_from_bytecode():
+    import dis
+    from onnx_compat.patches.loops import called_name
+    calls = [i.offset for i in dis.get_instructions(_calls) if i.opname == "CALL"]
+    assert [called_name(_calls.__code__, o) for o in calls][:5] == ["range", "len", None, "len", "range"]
+
+
+def test_tensor_type_slots_are_what_they_were_after_patched():
+    """The patches wrap Tensor dunders (__bool__, __int__, __index__, __float__): after the block the
+    type behaves as before (a wrapped __getitem__ would have left torch.Tensor a sequence)."""
+    import ctypes
+    import operator
+    is_sequence = ctypes.pythonapi.PySequence_Check
+    is_sequence.argtypes = [ctypes.py_object]
+
+    def probe():
+        t = torch.tensor(3)
+        return (is_sequence(t), is_sequence(torch.ones(2)), operator.index(t), int(t), float(t), bool(t),
+                torch.arange(3.0).tolist())
+    before = probe()
+    with onnx_compat.patched():
+        inside = probe()
+    assert before == inside == probe() and before[:2] == (0, 0)
