@@ -25,7 +25,8 @@ from typing import Dict, List, Mapping, Sequence, Set, Tuple, Union
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .spec import TensorSpec, forward_arguments
+from onnx_compat.errors import SpecError
+from onnx_compat.spec import TensorSpec, forward_arguments
 
 # Ops whose result holds the same values as their first tensor argument.
 _KEEP_VALUES = frozenset((
@@ -40,7 +41,7 @@ _READ_ONLY = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "__eq__", "__ne__", 
                         "amax", "amin", "any", "all"))
 
 
-class IntRangeError(ValueError):
+class IntRangeError(SpecError):
     """An integer input indexes a table only through arithmetic, so its valid range is not known."""
 
     def __init__(self, input: str, op: str, why: str) -> None:

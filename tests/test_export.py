@@ -396,3 +396,42 @@ def test_a_cache_left_by_an_eager_call_does_not_reach_the_trace(exporter, tmp_pa
                                 [TensorSpec("output", [b, t, 4])], exporter=exporter)
     assert all(c["ok"] for c in report.verification), report.summary()
     assert model.cached is None and model.cached_len == 0  # the user's model as it was
+
+
+class UnitVocoderHead(nn.Module):
+    """Unit ids and a speaker id index embeddings of 5 and 2 rows: integers drawn in [0, 10) would fail."""
+
+    def __init__(self):
+        super().__init__()
+        self.units, self.speakers = nn.Embedding(5, 4), nn.Embedding(2, 4)
+
+    def forward(self, units, speaker):
+        return self.units(units) + self.speakers(speaker)[:, None, :]
+
+
+def test_integer_inputs_take_the_range_of_the_table_they_index(tmp_path):
+    torch.manual_seed(0)
+    b, t = Dim("batch"), Dim("time")
+    inputs = [TensorSpec("units", [b, t], dtype=torch.int64), TensorSpec("speaker", [b], dtype=torch.int64)]
+    report = onnx_compat.export(UnitVocoderHead(), str(tmp_path / "m.onnx"), inputs,
+                                [TensorSpec("output", [b, t, 4])], exporter="torchscript")
+    assert all(c["ok"] for c in report.verification), report.summary()
+    notes = " ".join(report.findings)
+    assert "units: values=(0, 5)" in notes and "speaker: values=(0, 2)" in notes, report.findings
+
+
+class ShiftedIds(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(3, 4)
+
+    def forward(self, ids):
+        return self.table(ids + 1)
+
+
+def test_an_integer_range_that_cannot_be_read_is_one_error_naming_the_input(tmp_path):
+    b, t = Dim("batch"), Dim("time")
+    with pytest.raises(SpecError, match=r"'ids'.*values="):
+        onnx_compat.export(ShiftedIds(), str(tmp_path / "m.onnx"), [TensorSpec("ids", [b, t], dtype=torch.int64)],
+                           [TensorSpec("output", [b, t, 4])], exporter="torchscript")
+    assert not (tmp_path / "m.onnx").exists()

@@ -265,6 +265,7 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     summary = graph.describe(used.proto)
     for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
         setattr(report, key, summary[key])
+    report.findings += subject.notes
 
 
 def _contracted(request: ExportRequest, report: Report, proto: onnx.ModelProto):

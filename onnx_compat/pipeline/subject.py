@@ -8,12 +8,14 @@ any export runs, so bad input is one error naming the culprit.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from onnx_compat.errors import SpecError
+from onnx_compat.model_state import preserved
 from onnx_compat.pipeline.adapter import IOAdapter, check_outputs, flatten
 from onnx_compat.spec import TensorSpec, check_examples, example_inputs, forward_arguments
 
@@ -44,6 +46,7 @@ class Subject:
     seed: int = 0
     sizes: Optional[Mapping[str, int]] = None
     outputs_checked: bool = field(default=False, repr=False)
+    notes: List[str] = field(default_factory=list)  # what was inferred about the inputs (integer ranges)
 
     @classmethod
     def build(cls, model: torch.nn.Module, inputs, outputs, *, examples=None,
@@ -58,7 +61,10 @@ class Subject:
         pairs = forward_arguments(model, inputs)
         checked = check_examples(inputs, examples)
         example, args = example_inputs(inputs, checked, sizes, seed)
-        return cls(model, inputs, outputs, pairs, checked, dict(example), tuple(args), seed, sizes)
+        inputs, notes = _with_int_ranges(model, inputs, args)
+        if notes:  # the generated inputs are drawn again, in the ranges found
+            example, args = example_inputs(inputs, checked, sizes, seed)
+        return cls(model, inputs, outputs, pairs, checked, dict(example), tuple(args), seed, sizes, notes=notes)
 
     def adapter(self) -> IOAdapter:
         """The model with flat ONNX I/O, as exporters want it (its ``model`` is the user's)."""
@@ -82,3 +88,27 @@ def subject_of(model, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec
     if isinstance(model, Subject):
         return model
     return Subject.build(model, inputs, outputs, **options)
+
+
+def _with_int_ranges(model, inputs: List[TensorSpec], args) -> Tuple[List[TensorSpec], List[str]]:
+    """Integer inputs without ``values=`` get the range of the table they index (``int_ranges``), so that
+    generated inputs do not fail in ``F.embedding`` with an error that names neither input nor fix. When no
+    range can be read off, the input keeps the default draws if the model runs on them; otherwise the
+    ``IntRangeError`` naming the input and ``values=`` is the error."""
+    from onnx_compat.int_ranges import IntRangeError, infer_int_ranges
+    if all(s.values is not None or s.dtype.is_floating_point or s.dtype == torch.bool for s in inputs):
+        return inputs, []
+    with preserved(model), torch.no_grad():
+        try:
+            found = infer_int_ranges(model, inputs, args)
+        except IntRangeError as exc:
+            try:
+                flatten(IOAdapter(model, forward_arguments(model, inputs), [])(*args))
+            except Exception as failed:  # noqa: BLE001 - the default draws fail: the unknown range is why
+                raise exc from failed
+            return inputs, [f"{exc} (the default draws run, so they were kept)"]
+    if not found.values:
+        return inputs, list(found.notes)
+    ranged = [dataclasses.replace(s, values=found.values[s.name]) if s.name in found.values else s for s in inputs]
+    return ranged, list(found.notes)
+
