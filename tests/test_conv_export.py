@@ -96,7 +96,8 @@ def test_patch_leaves_dynamo_exports_alone():
     assert [n.op_type for n in proto.graph.node] == ["Conv"]
 
 
-@pytest.mark.parametrize("kwargs", [{"padding": "sideways"}, {"padding": "same", "stride": 2}])
+@pytest.mark.parametrize("kwargs", [{"padding": "sideways"}, {"padding": "same", "stride": 2}],
+                         ids=["unknown_padding", "same_with_stride"])
 def test_bad_padding_raises_pytorchs_own_error(kwargs):
     w = torch.randn(4, C, 3)
 

@@ -275,7 +275,7 @@ class Reassigns(nn.Module):
         return self.lin(data) * self.window
 
 
-@pytest.mark.parametrize("exporters", [("torchscript", "dynamo"), ("dynamo", "torchscript")])
+@pytest.mark.parametrize("exporters", [("torchscript", "dynamo"), ("dynamo", "torchscript")], ids="-then-".join)
 def test_an_export_that_assigns_module_state_leaves_the_model_as_it_was(exporters, tmp_path):
     model = Reassigns().train()
     calls, buffer = model.calls, model.calls.clone()
