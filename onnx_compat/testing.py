@@ -67,9 +67,27 @@ def eager_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
     return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
 
 
-def runtime_outputs(session: ort.InferenceSession, inputs: Sequence[torch.Tensor]) -> list:
+def runtime_outputs(session: ort.InferenceSession, inputs: Sequence[torch.Tensor], where: str = "") -> list:
+    """ONNX Runtime's outputs; its own error keeps its type and text (recorded failures match on them),
+    with a note saying where it happened (Python 3.11+ shows notes)."""
     feeds = {i.name: np.asarray(x) for i, x in zip(session.get_inputs(), inputs)}
-    return session.run(None, feeds)
+    try:
+        return session.run(None, feeds)
+    except Exception as exc:
+        if where and hasattr(exc, "add_note"):
+            exc.add_note(f"ONNX Runtime failed {where}")
+        raise
+
+
+def bare_onnx(model: torch.nn.Module, args: Sequence[torch.Tensor], exporter: str,
+              dynamic: Mapping[int, Mapping[int, str]], names: Optional[Sequence[str]] = None) -> onnx.ModelProto:
+    """A bare ``torch.onnx.export`` (no cleanup, no verification) as a ModelProto, to judge one exporter.
+
+    ``dynamic`` maps each input index to ``{axis: name}``; ``names`` are the input names (default x0, x1, ...).
+    """
+    names = list(names or [f"x{i}" for i in range(len(args))])
+    return plain_export(model, tuple(args), exporter, names, {names[i]: axes for i, axes in dynamic.items()},
+                        output_names=["y"])
 
 
 def allclose(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> None:
@@ -112,7 +130,7 @@ def assert_matches_eager(proto_or_session, model: torch.nn.Module, cases: Iterab
     """
     session = session_of(proto_or_session)
     for sizes, inputs in cases:
-        expected, got = eager_outputs(model, inputs), runtime_outputs(session, inputs)
+        expected, got = eager_outputs(model, inputs), runtime_outputs(session, inputs, f"in {name} at {at(sizes)}")
         if len(got) != len(expected):
             raise AssertionError(f"{name}: ONNX Runtime gives {len(got)} outputs, eager {len(expected)} "
                                  f"at {at(sizes)}")
@@ -185,11 +203,8 @@ class PatchCase:
 
     def export(self, model: torch.nn.Module, exporter: str) -> onnx.ModelProto:
         """A bare ``torch.onnx.export`` at the example size (inside ``patched()`` or not: the caller's choice)."""
-        args = tuple(self.inputs(*self.example, 0))
-        names = [f"x{i}" for i in range(len(args))]
         with self.grad_mode():
-            return plain_export(model, args, exporter, names, {names[i]: axes for i, axes in self.dynamic.items()},
-                                output_names=["y"])
+            return bare_onnx(model, self.inputs(*self.example, 0), exporter, self.dynamic)
 
     def checks(self) -> list:
         """(sizes, inputs) at each checked size; seed 0 is the example's, so every check has its own."""

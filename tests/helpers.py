@@ -6,23 +6,13 @@ import torch
 
 from onnx_compat import testing
 from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: F401 - for the test files
-from onnx_compat.pipeline.vanilla import plain_export
-from onnx_compat.testing import assert_fails_as_recorded as vanilla_failure  # noqa: F401 - the tests' name for it
 
 EXPORTERS = list(testing.EXPORTERS)
 # ONNX Runtime's basic optimiser fuses a Pad into the Conv after it from 1.17 on (1.16.3 keeps the Pad)
 PAD_FUSION = tuple(int(x) for x in ort.__version__.split(".")[:2]) >= (1, 17)
 
 
-def export(model, args, exporter, dynamic, names=None):
-    """ONNX ModelProto of ``model`` at example ``args``: a bare ``torch.onnx.export``.
-
-    ``dynamic`` maps each input index to ``{axis: name}``; ``names`` are the
-    input names (default x0, x1, ...).
-    """
-    names = names or [f"x{i}" for i in range(len(args))]
-    return plain_export(model, args, exporter, names, {names[i]: axes for i, axes in dynamic.items()},
-                       output_names=["y"])
+export = testing.bare_onnx  # the tests' short name for it
 
 
 def run(proto, *inputs):
