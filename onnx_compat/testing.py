@@ -36,6 +36,16 @@ Sizes = Mapping[str, int]
 Check = Tuple[Sizes, Sequence[torch.Tensor]]
 
 
+class EagerMismatch(AssertionError):
+    """ONNX Runtime and the eager model disagree (or the reference is degenerate); the fields say where."""
+
+    def __init__(self, message: str, *, case: str, sizes: Sizes, output: Optional[int] = None,
+                 max_error: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None):
+        super().__init__(message)
+        self.case, self.sizes, self.output = case, dict(sizes), output
+        self.max_error, self.atol, self.rtol = max_error, atol, rtol
+
+
 def seed_of(name: str) -> int:
     """A seed from a case's name that is the same in every process (``hash`` is salted per process)."""
     return zlib.crc32(name.encode()) % 2**31
@@ -101,20 +111,27 @@ def _max_error(got: np.ndarray, expected: np.ndarray) -> float:
         return float(np.nanmax(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
 
 
-def _compare_output(got, expected, name, place, *, keep, atol, rtol, scaled, compare):
+def _compare_output(got, expected, name, sizes, output, *, keep, atol, rtol, scaled, compare):
     """One output: same shape, a reference that is not degenerate, then the numbers."""
+    place = f"at {at(sizes)}" + (f" (output {output})" if output is not None else "")
+    fields = dict(case=name, sizes=sizes, output=output)
     if got.shape != expected.shape:
-        raise AssertionError(f"{name}: ONNX Runtime gives shape {tuple(got.shape)}, eager {tuple(expected.shape)} "
-                             f"{place}")
+        raise EagerMismatch(f"{name}: ONNX Runtime gives shape {tuple(got.shape)}, eager {tuple(expected.shape)} "
+                            f"{place}", **fields)
     if keep is not None:
         got, expected = got[keep], expected[keep]
-    assert_not_degenerate(expected, f"{name} {place}")
+    try:
+        assert_not_degenerate(expected, f"{name} {place}")
+    except AssertionError as exc:
+        raise EagerMismatch(str(exc), **fields) from None
     tol = atol * float(np.abs(expected).max()) if scaled else atol
     try:
         compare(got, expected, tol, rtol)
     except AssertionError as exc:
-        raise AssertionError(f"{name}: ONNX Runtime differs from eager {place}: max abs err "
-                             f"{_max_error(got, expected):.3g} (atol {tol:.3g}, rtol {rtol:g})\n{exc}") from None
+        error = _max_error(got, expected)
+        raise EagerMismatch(f"{name}: ONNX Runtime differs from eager {place}: max abs err {error:.3g} "
+                            f"(atol {tol:.3g}, rtol {rtol:g})\n{exc}", max_error=error, atol=tol, rtol=rtol,
+                            **fields) from None
 
 
 def assert_matches_eager(proto_or_session, model: torch.nn.Module, cases: Iterable[Check], *, atol: float,
@@ -132,17 +149,17 @@ def assert_matches_eager(proto_or_session, model: torch.nn.Module, cases: Iterab
     for sizes, inputs in cases:
         expected, got = eager_outputs(model, inputs), runtime_outputs(session, inputs, f"in {name} at {at(sizes)}")
         if len(got) != len(expected):
-            raise AssertionError(f"{name}: ONNX Runtime gives {len(got)} outputs, eager {len(expected)} "
-                                 f"at {at(sizes)}")
+            raise EagerMismatch(f"{name}: ONNX Runtime gives {len(got)} outputs, eager {len(expected)} "
+                                f"at {at(sizes)}", case=name, sizes=sizes)
         mask = keep(inputs) if keep else None
         for index, (g, e) in enumerate(zip(got, expected)):
-            place = f"at {at(sizes)}" + (f" (output {index})" if len(got) > 1 else "")
-            _compare_output(g, e, name, place, keep=mask, atol=atol, rtol=rtol, scaled=scaled, compare=compare)
+            _compare_output(g, e, name, sizes, index if len(got) > 1 else None, keep=mask, atol=atol, rtol=rtol,
+                            scaled=scaled, compare=compare)
         if also:
             try:
                 also(got, expected, inputs)
             except AssertionError as exc:
-                raise AssertionError(f"{name}: at {at(sizes)}: {exc}") from None
+                raise EagerMismatch(f"{name}: at {at(sizes)}: {exc}", case=name, sizes=sizes) from None
 
 
 def assert_fails_as_recorded(check: Callable[[], Any], expected: Union[str, Tuple[str, ...]]) -> None:
