@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import onnxruntime as ort
+import pytest
 import torch
 
-from onnx_compat import testing
-from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: F401 - for the test files
+from onnx_compat import testing, versions
+from onnx_compat.pipeline.capture import HAS_DYNAMO
 
 EXPORTERS = list(testing.EXPORTERS)
 # ONNX Runtime's basic optimiser fuses a Pad into the Conv after it from 1.17 on (1.16.3 keeps the Pad)
@@ -48,3 +49,6 @@ def vanilla_string_padding_failure(model, args, dynamic):
     assert auto_pads(proto)
     return proto
 
+
+# for tests that only make sense with torch's dynamo exporter
+needs_dynamo = pytest.mark.skipif(not HAS_DYNAMO, reason=versions.NO_DYNAMO)

@@ -4,7 +4,6 @@ import os
 
 import numpy as np
 import onnx
-import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -17,7 +16,7 @@ from onnx_compat.models import blstm
 from onnx_compat.patches.recurrent import DYNAMO_WRITES_RNN
 from onnx_compat.testing import PatchCase, patch_case_tests
 
-from helpers import HAS_DYNAMO
+from helpers import needs_dynamo
 
 F_IN, HIDDEN = 6, 5
 
@@ -122,7 +121,7 @@ test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch
     RNN_CASES + PACKED_CASES + PROJECTED_CASES)
 
 
-@pytest.mark.skipif(not HAS_DYNAMO, reason="dynamo exporter only")
+@needs_dynamo
 def test_two_rnn_exports_in_one_process():
     for case in (_case(("GRU", 1, False, False, False)), _case(("LSTM", 2, True, False, False))):
         model = case.model()
@@ -160,7 +159,7 @@ def test_eager_rnn_inside_patched_is_unchanged():
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
 
 
-@pytest.mark.skipif(not HAS_DYNAMO, reason="dynamo exporter only")
+@needs_dynamo
 def test_custom_op_eager_matches_the_module():
     """The op's own implementation (used if anything runs it eagerly) equals nn.LSTM with packing."""
     model = _case(PACKED[1], packed=True).model()
