@@ -11,7 +11,7 @@ import onnx_compat
 from onnx_compat import versions
 from onnx_compat.patches import registry
 from onnx_compat.patches.registry import Patch
-from onnx_compat.testing import PatchCase, patch_case_tests
+from onnx_compat.testing import GRAD_MODES, PatchCase, patch_case_tests
 
 transformers = pytest.importorskip("transformers")
 if not transformers.utils.is_torch_available():
@@ -70,13 +70,14 @@ def _mixed_pads(exporter):
 
 
 # torch 2.13, transformers 5.24: how the unpatched export goes wrong
+GRAD = GRAD_MODES["grad"]  # exported with autograd on, as these cases always were
 CASES = [
     PatchCase("tf_padding", TfPadded, _image, {0: {0: "batch", 2: "h", 3: "w"}}, sizes=((1, 23), (3, 50), (2, 38)),
-              size_names=("batch", "height"), skip=_mixed_pads,
+              size_names=("batch", "height"), skip=_mixed_pads, grad_mode=GRAD,
               vanilla={"torchscript": "mismatch",  # H and W baked into the pads
                        "dynamo": "invalid dimensions"}),  # strict-mode retry makes them static
     PatchCase("conv_geometry", MimiStack, _signal, {0: {0: "batch", 2: "samples"}}, sizes=((1, 92), (3, 200), (2, 152)),
-              example=(2, 148), size_names=("batch", "samples"), skip=_mixed_pads,
+              example=(2, 148), size_names=("batch", "samples"), skip=_mixed_pads, grad_mode=GRAD,
               vanilla={"dynamo": "data-dependent"}),  # TorchScript traces the tensor arithmetic right
 ]
 test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(CASES)
