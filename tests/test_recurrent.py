@@ -108,7 +108,9 @@ PROJECTED = [(1, False, True, False, False), (2, True, False, True, False), (2, 
 TIME_BAKED = ("mismatch", "cannot be reshaped")  # torch 2.13: Reshape to {37, -1, 5} at T=23
 VANILLA = {
     PACKED[0]: {"dynamo": ("zeros", "FakeTensor")},
-    PROJECTED[0]: {"torchscript": "proj", "dynamo": "LSTM"},
+    # dynamo, torch 2.13: alone, ONNX Runtime's LSTM node refuses initial_c (the projected h); after the other
+    # vanilla exports of this file in one process T comes out baked (invalid dimensions at T=23): cause not found
+    PROJECTED[0]: {"torchscript": "proj", "dynamo": ("LSTM", "invalid dimensions")},
 }
 RNN_CASES = [_case(config, graph=_rnn_op_with_dynamic_time) for config in CONFIGS] + [
     _case(("LSTM", 1, False, False, False), graph=_rnn_op_with_dynamic_time, vanilla={"dynamo": TIME_BAKED},
