@@ -28,14 +28,13 @@ from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
 from onnx_compat.pipeline.capture import error_line  # noqa: E402
 
 
-def _lstmp():
-    return test_recurrent._build(("LSTM", 2, True, True, False), proj=3)
+def _build_export_check(case):
+    return case.model, case.export, case.assert_matches
 
 
 def cases():
-    out = {name: (lambda name=name: test_ops._build(name), lambda m, e, name=name: test_ops._export(m, name, e),
-                  lambda p, m, name=name: test_ops._check(p, m, name)) for name in test_ops.CASES}
-    out["lstm_proj_size"] = (_lstmp, test_recurrent._export, lambda p, m: test_recurrent._check(p, m, packed=False))
+    out = {case.name: _build_export_check(case) for case in test_ops.CASES}
+    out["lstm_proj_size"] = _build_export_check(test_recurrent._case(("LSTM", 2, True, True, False), proj=3))
     return out
 
 

@@ -1,45 +1,31 @@
 """Export with either exporter and compare ONNX Runtime with eager PyTorch."""
 from __future__ import annotations
 
-import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
 
+from onnx_compat import testing, versions
 from onnx_compat.pipeline.capture import HAS_DYNAMO
-from onnx_compat.pipeline.vanilla import plain_export
 
-EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
+EXPORTERS = list(testing.EXPORTERS)
 # ONNX Runtime's basic optimiser fuses a Pad into the Conv after it from 1.17 on (1.16.3 keeps the Pad)
 PAD_FUSION = tuple(int(x) for x in ort.__version__.split(".")[:2]) >= (1, 17)
 
 
-def export(model, args, exporter, dynamic, names=None):
-    """ONNX ModelProto of ``model`` at example ``args``: a bare ``torch.onnx.export``.
-
-    ``dynamic`` maps each input index to ``{axis: name}``; ``names`` are the
-    input names (default x0, x1, ...).
-    """
-    names = names or [f"x{i}" for i in range(len(args))]
-    return plain_export(model, args, exporter, names, {names[i]: axes for i, axes in dynamic.items()},
-                       output_names=["y"])
+export = testing.bare_onnx  # the tests' short name for it
 
 
 def run(proto, *inputs):
-    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.asarray(x) for i, x in zip(sess.get_inputs(), inputs)}
-    return sess.run(None, feeds)
+    return testing.runtime_outputs(testing.session_of(proto), inputs)
 
 
 def assert_matches(proto, model, *inputs, atol=1e-4, rtol=1e-3):
-    """ORT output equals eager output of ``model`` (run outside any patch)."""
-    with torch.no_grad():
-        expected = model(*[torch.as_tensor(x) for x in inputs])
-    got = run(proto, *[x.numpy() for x in inputs])[0]
-    expected = expected.numpy()
-    assert got.shape == expected.shape, (got.shape, expected.shape)
-    assert np.std(expected) > 1e-6, "degenerate reference output"
-    np.testing.assert_allclose(got, expected, atol=atol, rtol=rtol)
+    """ORT output equals eager output of ``model`` (run outside any patch), named by the inputs' shapes."""
+    inputs = tuple(torch.as_tensor(x) for x in inputs)
+    sizes = {f"x{i}": "x".join(map(str, x.shape)) for i, x in enumerate(inputs)}
+    testing.assert_matches_eager(proto, model, [(sizes, inputs)], atol=atol, rtol=rtol,
+                                 name=type(model).__name__)
 
 
 def auto_pads(proto):
@@ -64,16 +50,5 @@ def vanilla_string_padding_failure(model, args, dynamic):
     return proto
 
 
-def vanilla_failure(check, expected):
-    """Assert that ``check()`` (an unpatched export and its comparison with eager) fails, and how:
-    ``expected`` (or one of a tuple of texts: older releases fail earlier) is in the error text,
-    prefixed "mismatch: " for wrong numbers."""
-    try:
-        check()
-    except AssertionError as exc:
-        message = "mismatch: " + str(exc)
-    except Exception as exc:  # export or ONNX Runtime error
-        message = str(exc)
-    else:
-        pytest.fail("the unpatched export worked; the patch is not needed here")
-    assert any(text in message for text in ((expected,) if isinstance(expected, str) else expected)), message[:500]
+# for tests that only make sense with torch's dynamo exporter
+needs_dynamo = pytest.mark.skipif(not HAS_DYNAMO, reason=versions.NO_DYNAMO)

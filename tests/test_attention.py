@@ -1,6 +1,4 @@
 """Attention patches: both exporters, ONNX Runtime vs the unpatched eager model at new B and T."""
-import contextlib
-
 import numpy as np
 import pytest
 import torch
@@ -9,9 +7,8 @@ import torch.nn.functional as F
 
 import onnx_compat
 from onnx_compat import versions
+from onnx_compat.testing import GRAD_MODES, PatchCase, patch_case_tests
 
-
-from helpers import EXPORTERS, export, run, vanilla_failure
 from models import mask_of
 
 D, HEADS = 16, 4
@@ -75,29 +72,6 @@ class SDPA(nn.Module):
         return y.transpose(1, 2).reshape(B, T, D)
 
 
-CASES = {
-    "mha_batch_first": lambda: MHA(True, False),
-    "mha_batch_first_weights": lambda: MHA(True, True),
-    "mha_time_first": lambda: MHA(False, False),
-    "mha_time_first_weights": lambda: MHA(False, True),
-    "encoder_layer": lambda: Encoder(0),
-    "encoder_2_layers": lambda: Encoder(2),
-    "sdpa_float_mask": lambda: SDPA("float"),
-    "sdpa_bool_full_rows": lambda: SDPA("bool_full_rows"),
-    "sdpa_gqa": lambda: SDPA("gqa"),
-}
-# How the unpatched export goes wrong, per exporter; None: it works.
-# key: (case, exporter, grad mode at export)
-VANILLA = {
-    ("mha_batch_first", "torchscript", "grad"): ("Reshape", "aten::unflatten"),  # torch 2.0: no unflatten at all
-    ("mha_time_first_weights", "torchscript", "grad"): ("Reshape", "aten::unflatten"),
-    ("mha_batch_first", "torchscript", "no_grad"): "_native_multi_head_attention",
-    ("encoder_layer", "torchscript", "no_grad"): "_transformer_encoder_layer_fwd",
-    ("encoder_2_layers", "torchscript", "inference_mode"): ("_nested_tensor_from_mask", "aten::logical_not"),
-    ("sdpa_float_mask", "dynamo", "grad"): "Cannot view a tensor",
-    ("sdpa_bool_full_rows", "dynamo", "grad"): "mismatch",
-    ("sdpa_gqa", "torchscript", "grad"): "enable_gqa",
-}
 # What older torch releases lack (make test-matrix); the tests that need it skip there.
 FASTPATH_OFF = "mha_fastpath_off" not in onnx_compat.unavailable_patches()  # torch.backends.mha (2.2+)
 try:
@@ -115,87 +89,109 @@ NAN_ROWS = bool(F.scaled_dot_product_attention(*torch.ones(3, 1, 2, 2).unbind(0)
                                                attn_mask=torch.zeros(2, 2, dtype=torch.bool)).isnan().any())
 
 
-def _skip_where_unsupported(name):
-    if not FASTPATH_OFF and (name.startswith("mha_batch_first") or name.startswith("encoder")):
-        pytest.skip(f"torch {torch.__version__} has no torch.backends.mha to turn MHA's fast path off while exporting")
-    if name == "sdpa_gqa" and not HAS_GQA:
-        pytest.skip(f"torch {torch.__version__}'s scaled_dot_product_attention has no enable_gqa")
-    if name == "sdpa_bool_full_rows" and NAN_ROWS:
-        pytest.skip(f"torch {torch.__version__}'s eager SDPA gives NaN for fully masked rows: nothing to compare")
+def _never(exporter):
+    return None
 
 
-# failures that older releases do not have (make test-matrix): the first release where each was seen
-VANILLA_SINCE = {("sdpa_bool_full_rows", "dynamo"): "2.13"}
-GRAD_MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode, "grad": contextlib.nullcontext}
+def _needs_fastpath_off(exporter):
+    if not FASTPATH_OFF:
+        return f"torch {torch.__version__} has no torch.backends.mha to turn MHA's fast path off while exporting"
+    return None
+
+
+def _needs_gqa(exporter):
+    return None if HAS_GQA else f"torch {torch.__version__}'s scaled_dot_product_attention has no enable_gqa"
+
+
+def _needs_zero_rows(exporter):
+    if NAN_ROWS:
+        return f"torch {torch.__version__}'s eager SDPA gives NaN for fully masked rows: nothing to compare"
+    return None
 
 
 def _inputs(B, T, seed):
+    """Random lengths, the first full; every checked batch (seed > 0, B > 1) has a half-length sequence."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
     lengths[0] = T
+    if seed and B > 1:
+        lengths[1] = T // 2
     return torch.randn(B, T, D, generator=g), lengths
 
 
-def _build(name):
-    torch.manual_seed(sum(map(ord, name)))
-    return CASES[name]().eval()
+def _valid_frames(inputs):
+    return mask_of(*inputs).numpy()
 
 
-def _export(model, exporter, grad_mode="no_grad"):
-    with GRAD_MODES[grad_mode]():
-        return export(model, _inputs(2, 37, 0), exporter, {0: {0: "batch", 1: "time"}, 1: {0: "batch"}})
+def _padded_rows_are_zero(got, expected, inputs):
+    """Eager gives zeros for query rows that see no key (padded frames); the graph must too."""
+    padded = ~mask_of(*inputs).numpy()
+    if len(padded) > 1:
+        assert padded.any() and np.all(expected[0][padded] == 0), "eager's padded rows are not zeros"
 
 
-def _check(proto, model, name):
-    """ORT equals the unpatched eager model at B=1/T=23 and B=3/T=50 (valid frames;
-    all frames where padded rows have a defined eager value)."""
-    for seed, (B, T) in enumerate([(1, 23), (3, 50)], start=1):
-        x, lengths = _inputs(B, T, seed)
-        if B > 1:
-            lengths[1] = T // 2  # a padded sequence in every check
-        with torch.no_grad():
-            expected = model(x, lengths).numpy()
-        got = run(proto, x.numpy(), lengths.numpy())[0]
-        assert got.shape == expected.shape
-        keep = np.ones(expected.shape[:2], bool) if name == "sdpa_bool_full_rows" else mask_of(x, lengths).numpy()
-        assert np.std(expected[keep]) > 1e-3
-        if name == "sdpa_bool_full_rows" and B > 1:
-            padded = ~mask_of(x, lengths).numpy()
-            assert padded.any() and np.all(expected[padded] == 0)
-        np.testing.assert_allclose(got[keep], expected[keep], atol=1e-4, rtol=1e-3)
+def _case(name, build, vanilla=None, grad_mode="no_grad", **options):
+    """[B, T, D] and lengths [B]; compared on valid frames unless ``keep`` says otherwise."""
+    options.setdefault("keep", _valid_frames)
+    return PatchCase(name, build, _inputs, {0: {0: "batch", 1: "time"}, 1: {0: "batch"}}, vanilla=vanilla or {},
+                     grad_mode=GRAD_MODES[grad_mode], atol=1e-4, rtol=1e-3, **options)
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", list(CASES))
-def test_patched_export_matches_eager(name, exporter):
-    _skip_where_unsupported(name)
-    model = _build(name)
-    grad_mode = "grad" if name.startswith("sdpa") else "no_grad"  # the settings under which they fail
-    with onnx_compat.patched():
-        proto = _export(model, exporter, grad_mode)
-    _check(proto, model, name)
+def _mha(name, *args, vanilla=None, grad_mode="no_grad"):
+    return _case(name, lambda: MHA(*args), vanilla, grad_mode, skip=_needs_fastpath_off if args[0] else _never)
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", [n for n in CASES if n.startswith("encoder")])
-def test_encoders_export_under_inference_mode(name, exporter):
-    _skip_where_unsupported(name)
-    model = _build(name)
-    with onnx_compat.patched():
-        proto = _export(model, exporter, "inference_mode")
-    _check(proto, model, name)
+def _encoder(name, layers, vanilla=None, grad_mode="no_grad"):
+    return _case(name, lambda: Encoder(layers), vanilla, grad_mode, skip=_needs_fastpath_off)
 
 
-@pytest.mark.parametrize("name,exporter,grad_mode", sorted(VANILLA))
-def test_vanilla_export_fails_as_recorded(name, exporter, grad_mode):
-    """Without the patches these cases break, so the patched tests cannot pass by accident."""
-    if exporter not in EXPORTERS:
-        pytest.skip(versions.NO_DYNAMO)
-    since = VANILLA_SINCE.get((name, exporter))
-    if since and not versions.torch_at_least(since):
-        pytest.skip(f"torch {torch.__version__}'s unpatched {exporter} export of {name} is right (measured on 2.8)")
-    model = _build(name)
-    vanilla_failure(lambda: _check(_export(model, exporter, grad_mode), model, name), VANILLA[name, exporter, grad_mode])
+def _pooled(name, left_padded):
+    """Pooled over all frames, padded ones too: eager's nested path zeros them, the graph must as well."""
+    return _case(name, lambda: PooledEncoder(left_padded), keep=None, skip=_needs_fastpath_off,
+                 sizes=((1, 23), (3, 50), (4, 9)))
+
+
+class PooledEncoder(nn.Module):
+    """A nested-tensor TransformerEncoder (final norm) pooled over *all* frames: padded ones count."""
+
+    def __init__(self, left_padded=False):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(D, HEADS, 32, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(D), enable_nested_tensor=True)
+        self.left_padded = left_padded
+
+    def forward(self, x, lengths):
+        pad = ~mask_of(x, lengths)
+        if self.left_padded:  # padding first: eager's nested path is not taken (not left-aligned)
+            pad = pad.flip(1)
+        return self.body(x, src_key_padding_mask=pad).mean(1)
+
+
+# How the unpatched export goes wrong, per exporter, under the autograd mode of the case's export
+# ("grad" for SDPA, "no_grad" else, other modes as cases of their own); absent: it works.
+CASES = [
+    _mha("mha_batch_first", True, False, vanilla={"torchscript": "_native_multi_head_attention"}),
+    _mha("mha_batch_first_with_grad", True, False, grad_mode="grad",
+         vanilla={"torchscript": ("Reshape", "aten::unflatten")}),  # torch 2.0: no unflatten at all
+    _mha("mha_batch_first_weights", True, True),
+    _mha("mha_time_first", False, False),
+    _mha("mha_time_first_weights", False, True),
+    _mha("mha_time_first_weights_with_grad", False, True, grad_mode="grad",
+         vanilla={"torchscript": ("Reshape", "aten::unflatten")}),
+    _encoder("encoder_layer", 0, vanilla={"torchscript": "_transformer_encoder_layer_fwd"}),
+    _encoder("encoder_layer_inference_mode", 0, grad_mode="inference_mode"),
+    _encoder("encoder_2_layers", 2),
+    _encoder("encoder_2_layers_inference_mode", 2, grad_mode="inference_mode",
+             vanilla={"torchscript": ("_nested_tensor_from_mask", "aten::logical_not")}),
+    _case("sdpa_float_mask", lambda: SDPA("float"), {"dynamo": "Cannot view a tensor"}, "grad"),
+    _case("sdpa_bool_full_rows", lambda: SDPA("bool_full_rows"), {"dynamo": "mismatch"}, "grad",
+          keep=None, also=_padded_rows_are_zero, skip=_needs_zero_rows,
+          fails_here=lambda exporter: versions.torch_at_least("2.13")),  # right on 2.8 (make test-matrix)
+    _case("sdpa_gqa", lambda: SDPA("gqa"), {"torchscript": "enable_gqa"}, "grad", skip=_needs_gqa),
+    _pooled("pooled_encoder", False),
+    _pooled("pooled_encoder_left_padded", True),  # padding first: eager's nested path is not taken
+]
+test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(CASES)
 
 
 @pytest.mark.skipif(not FASTPATH_OFF, reason="this torch has no torch.backends.mha")
@@ -236,50 +232,12 @@ def test_math_attention_agrees_with_sdpa_eagerly():
     assert math_attention(q, kk, vv, attn_mask=bool_mask)[0, :, 2].abs().sum() == 0
 
 
-class PooledEncoder(nn.Module):
-    """A nested-tensor TransformerEncoder (final norm) pooled over *all* frames: padded ones count."""
-
-    def __init__(self, left_padded=False):
-        super().__init__()
-        layer = nn.TransformerEncoderLayer(D, HEADS, 32, dropout=0.0, batch_first=True)
-        self.body = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(D), enable_nested_tensor=True)
-        self.left_padded = left_padded
-
-    def forward(self, x, lengths):
-        pad = ~mask_of(x, lengths)
-        if self.left_padded:  # padding first: eager's nested path is not taken (not left-aligned)
-            pad = pad.flip(1)
-        return self.body(x, src_key_padding_mask=pad).mean(1)
-
-
-def _pooled_check(proto, model):
-    for seed, (B, T) in enumerate([(1, 23), (3, 50), (4, 9)], start=1):
-        x, lengths = _inputs(B, T, seed)
-        if B > 1:
-            lengths[1] = T // 2
-        with torch.no_grad():
-            expected = model(x, lengths).numpy()
-        np.testing.assert_allclose(run(proto, x.numpy(), lengths.numpy())[0], expected, atol=1e-4, rtol=1e-3)
-
-
-@pytest.mark.parametrize("left_padded", [False, True])
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.skipif(not FASTPATH_OFF, reason="this torch has no torch.backends.mha to turn MHA's fast path off")
-def test_nested_tensor_zeros_at_padded_positions(exporter, left_padded):
-    torch.manual_seed(3)
-    model = PooledEncoder(left_padded).eval()
-    with onnx_compat.patched():
-        proto = _export(model, exporter, "no_grad")
-    _pooled_check(proto, model)
-
-
-@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.skipif(not FASTPATH_OFF, reason="this torch has no torch.backends.mha to turn MHA's fast path off")
 def test_without_the_zeros_patch_padded_positions_differ(exporter):
     """The fast path off alone exports, but padded positions are not eager's zeros: pooled numbers differ."""
-    torch.manual_seed(3)
-    model = PooledEncoder().eval()
+    case = next(c for c in CASES if c.name == "pooled_encoder")
+    model = case.model()
     with onnx_compat.patched(exclude=["nested_tensor_zeros"]):
-        proto = _export(model, exporter, "no_grad")
-    with pytest.raises(AssertionError, match="Mismatched elements"):
-        _pooled_check(proto, model)
+        proto = case.export(model, exporter)
+    with pytest.raises(AssertionError, match="(?s)differs from eager at .*Mismatched elements"):
+        case.assert_matches(proto, model)

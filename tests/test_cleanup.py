@@ -5,12 +5,11 @@ import pytest
 
 import onnx_compat
 from onnx_compat import ExportError
-from onnx_compat import versions
 
 from onnx_compat.pipeline.cleanup import cleanup
 from onnx_compat.models import conv_demo
 
-from helpers import EXPORTERS, PAD_FUSION
+from helpers import PAD_FUSION, needs_dynamo
 
 from onnx_compat.pipeline import stages as export_mod  # the stages of export()
 
@@ -31,7 +30,7 @@ def test_pad_subgraph_is_fused_and_numbers_kept(hard, tmp_path):
     assert "onnx_compat.exporter" in meta                     # cleanup keeps metadata
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 def test_cleaned_torchscript_has_the_dynamo_node_count(hard, tmp_path):
     ts = onnx_compat.export(hard["model"], str(tmp_path / "t.onnx"), hard["inputs"], hard["outputs"],
                             exporter="torchscript")

@@ -32,7 +32,7 @@ def test_export_inspect_verify(tmp_path, capsys):
     (["export", FACTORY, "--out", "{tmp}/no/m.onnx"], 1, "does not exist"),
     (["export", FACTORY, "--out", "{tmp}/m.onnx", "--size", "time"], 2, "KEY=VALUE"),
     (["inspect", "{tmp}/missing.onnx"], 1, "missing.onnx"),
-])
+], ids=["unknown_module", "unknown_callable", "missing_out_dir", "size_without_value", "inspect_missing_file"])
 def test_failures_are_one_line_and_non_zero(argv, code, match, tmp_path, capsys):
     assert main([a.format(tmp=tmp_path) for a in argv]) == code
     err = capsys.readouterr().err.strip()

@@ -8,10 +8,9 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import onnx_compat
-from onnx_compat import versions
 
 
-from helpers import EXPORTERS, assert_matches, auto_pads, export, run, vanilla_string_padding_failure
+from helpers import EXPORTERS, assert_matches, auto_pads, export, needs_dynamo, run, vanilla_string_padding_failure
 
 
 class Functional(nn.Module):
@@ -87,7 +86,7 @@ def test_symmetric_case_has_no_pad_node_and_asymmetric_one_has():
         assert ops.count("Conv") == 1 and ("Pad" in ops) == expect_pad, ops
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 def test_patch_leaves_dynamo_exports_alone():
     """dynamo writes asymmetric pads itself; the patch must not add a Pad node there."""
     model, _ = _build("1d_k4_d3_no_bias")
@@ -96,7 +95,8 @@ def test_patch_leaves_dynamo_exports_alone():
     assert [n.op_type for n in proto.graph.node] == ["Conv"]
 
 
-@pytest.mark.parametrize("kwargs", [{"padding": "sideways"}, {"padding": "same", "stride": 2}])
+@pytest.mark.parametrize("kwargs", [{"padding": "sideways"}, {"padding": "same", "stride": 2}],
+                         ids=["unknown_padding", "same_with_stride"])
 def test_bad_padding_raises_pytorchs_own_error(kwargs):
     w = torch.randn(4, C, 3)
 

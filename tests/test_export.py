@@ -10,11 +10,10 @@ from torch import nn
 import onnx_compat
 from onnx_compat import Dim, ExportError, SpecError, TensorSpec, check_rasr
 from onnx_compat.pipeline import capture
-from onnx_compat import versions
 
 from onnx_compat.models import conv_demo
 
-from helpers import EXPORTERS, PAD_FUSION
+from helpers import EXPORTERS, PAD_FUSION, needs_dynamo
 from models import NamedArgs, Subsample, mask_of, named_specs, subsample_specs
 
 
@@ -186,7 +185,7 @@ class DataDependent(nn.Module):
         return data * mask_of(data, lengths)[..., None]
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 def test_auto_falls_back_to_torchscript_and_says_why(tmp_path):
     report = onnx_compat.export(DataDependent(), str(tmp_path / "d.onnx"), *_io(out_lengths=()), exporter="auto")
     _skip_if_dynamo_took_the_branch(report)
@@ -205,7 +204,7 @@ class BakesTime(nn.Module):
         return data.reshape(data.shape[0], 37 * 3).reshape(data.shape[0], 37, 3) * 2
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 def test_a_dynamic_dim_that_comes_back_static_is_an_error(tmp_path):
     batch, time = Dim("batch"), Dim("time")
     inputs = [TensorSpec("data", [batch, time, 3])]
@@ -241,7 +240,7 @@ def test_a_users_own_deprecation_warning_is_kept_torchs_are_dropped(tmp_path):
     assert not any("/torch/" in w and "Deprecat" in w for w in kept)
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 @pytest.mark.filterwarnings("ignore:a note from the model")
 def test_a_failed_attempt_keeps_its_own_warnings(tmp_path):
     import warnings
@@ -275,7 +274,7 @@ class Reassigns(nn.Module):
         return self.lin(data) * self.window
 
 
-@pytest.mark.parametrize("exporters", [("torchscript", "dynamo"), ("dynamo", "torchscript")])
+@pytest.mark.parametrize("exporters", [("torchscript", "dynamo"), ("dynamo", "torchscript")], ids="-then-".join)
 def test_an_export_that_assigns_module_state_leaves_the_model_as_it_was(exporters, tmp_path):
     model = Reassigns().train()
     calls, buffer = model.calls, model.calls.clone()
@@ -305,7 +304,7 @@ class LenPooling(nn.Module):
         return (weights * data).sum(1)
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 def test_len_of_a_batch_sized_tensor_keeps_the_batch_dynamic(tmp_path):
     """Named torch.export Dims made this batch static (an error, then TorchScript baked B);
     dynamic hints keep it symbolic, and the graph verifies at B=1 and B=5."""
@@ -321,7 +320,7 @@ def test_len_of_a_batch_sized_tensor_keeps_the_batch_dynamic(tmp_path):
         onnx_compat.export(model, str(tmp_path / "ts.onnx"), inputs, outputs, exporter="torchscript")
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 def test_opset_is_a_promise(tmp_path):
     """torch's dynamo exporter writes opset 18 when asked for 17 and its conversion fails (the bundled
     Conformer), with a log line only: that attempt fails, auto moves on, the file has what was asked."""

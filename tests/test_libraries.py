@@ -3,18 +3,15 @@ the registry's handling of absent libraries and changed signatures, and torch.di
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import onnx_compat
 from onnx_compat import versions
-
 from onnx_compat.patches import registry
 from onnx_compat.patches.registry import Patch
-
-from helpers import EXPORTERS, export, run, vanilla_failure
+from onnx_compat.testing import GRAD_MODES, PatchCase, patch_case_tests
 
 transformers = pytest.importorskip("transformers")
 if not transformers.utils.is_torch_available():
@@ -55,64 +52,35 @@ class MimiStack(nn.Module):
         return x
 
 
-CASES = {
-    "tf_padding": (TfPadded, lambda B, L: torch.randn(B, 3, L, L // 2 + 5), {0: {0: "batch", 2: "h", 3: "w"}}),
-    "conv_geometry": (MimiStack, lambda B, L: torch.randn(B, 2, 4 * L), {0: {0: "batch", 2: "samples"}}),
-}
-# torch 2.13, transformers 5.24: how the unpatched export goes wrong
-VANILLA = {
-    ("tf_padding", "torchscript"): "mismatch",             # H and W baked into the pads
-    ("tf_padding", "dynamo"): "invalid dimensions",         # strict-mode retry makes them static
-    ("conv_geometry", "dynamo"): "data-dependent",          # TorchScript traces the tensor arithmetic right
-}
+def _image(B, L, seed):
+    return (torch.randn(B, 3, L, L // 2 + 5, generator=torch.Generator().manual_seed(seed)),)
 
 
-def _build(name):
-    torch.manual_seed(1)
-    return CASES[name][0]().eval()
+def _signal(B, S, seed):
+    return (torch.randn(B, 2, S, generator=torch.Generator().manual_seed(seed)),)
 
 
-def _export(model, name, exporter):
-    return export(model, (CASES[name][1](2, 37),), exporter, CASES[name][2])
-
-
-def _check(proto, model, name):
-    for seed, (B, L) in enumerate([(1, 23), (3, 50), (2, 38)]):
-        torch.manual_seed(seed)
-        x = CASES[name][1](B, L)
-        with torch.no_grad():
-            expected = model(x).numpy()
-        got = run(proto, x.numpy())[0]
-        assert got.shape == expected.shape, (got.shape, expected.shape)
-        assert np.std(expected) > 1e-3
-        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)
-
-
-def _skip_mixed_pads(exporter):
+def _mixed_pads(exporter):
     """Measured by make test-matrix: torch 2.8 (onnxscript 0.4) cannot translate aten.pad([2, s]), a static and
     a symbolic amount ("Could not determine the dtype for the input 'inputs'"); 2.13 and 2.15 can."""
     if exporter == "dynamo" and not versions.torch_at_least("2.13"):
-        pytest.skip(f"torch {torch.__version__}'s dynamo exporter cannot translate F.pad with a static and a "
-                    "symbolic amount")
+        return (f"torch {torch.__version__}'s dynamo exporter cannot translate F.pad with a static and a "
+                "symbolic amount")
+    return None
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", list(CASES))
-def test_patched_helpers_keep_sizes_dynamic(name, exporter):
-    _skip_mixed_pads(exporter)
-    model = _build(name)
-    with onnx_compat.patched():
-        proto = _export(model, name, exporter)
-    _check(proto, model, name)
-
-
-@pytest.mark.parametrize("name,exporter", sorted(VANILLA))
-def test_vanilla_helpers_fail_as_recorded(name, exporter):
-    if exporter not in EXPORTERS:
-        pytest.skip(versions.NO_DYNAMO)
-    _skip_mixed_pads(exporter)
-    model = _build(name)
-    vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), VANILLA[name, exporter])
+# torch 2.13, transformers 5.24: how the unpatched export goes wrong
+GRAD = GRAD_MODES["grad"]  # exported with autograd on, as these cases always were
+CASES = [
+    PatchCase("tf_padding", TfPadded, _image, {0: {0: "batch", 2: "h", 3: "w"}}, sizes=((1, 23), (3, 50), (2, 38)),
+              size_names=("batch", "height"), skip=_mixed_pads, grad_mode=GRAD,
+              vanilla={"torchscript": "mismatch",  # H and W baked into the pads
+                       "dynamo": "invalid dimensions"}),  # strict-mode retry makes them static
+    PatchCase("conv_geometry", MimiStack, _signal, {0: {0: "batch", 2: "samples"}}, sizes=((1, 92), (3, 200), (2, 152)),
+              example=(2, 148), size_names=("batch", "samples"), skip=_mixed_pads, grad_mode=GRAD,
+              vanilla={"dynamo": "data-dependent"}),  # TorchScript traces the tensor arithmetic right
+]
+test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(CASES)
 
 
 def test_a_library_patch_never_imports_the_library():

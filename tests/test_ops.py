@@ -1,7 +1,6 @@
 """The op tail: each case under both exporters, ONNX Runtime
 against the unpatched eager model at new batch and length sizes (B=1 too), and each vanilla failure
 asserted where it happens, so a patched test cannot pass by accident."""
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -9,11 +8,10 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 import onnx_compat
-from onnx_compat import versions
-
 from onnx_compat.patches.registry import steps_aside
+from onnx_compat.testing import PatchCase, patch_case_tests
 
-from helpers import EXPORTERS, export, run, vanilla_failure
+from helpers import export
 
 D = 8
 
@@ -88,129 +86,74 @@ class LengthRegulator(nn.Module):
         return pad_sequence([torch.repeat_interleave(h, d, dim=0) for h, d in zip(x, durations)], batch_first=True)
 
 
-CASES = {
-    "expm1": lambda: Pointwise("expm1"),
-    "unfold": lambda: Pointwise("unfold"),
-    "cumsum_bool": lambda: Pointwise("cumsum_bool"),
-    "diff": lambda: Pointwise("diff"),
-    "rms_norm": lambda: Norms("rms_norm"),
-    "instance_norm": lambda: Norms("instance_norm"),
-    "spectral_norm": lambda: Norms("spectral_norm"),
-    "adaptive_avg_pool1d": lambda: Pointwise("adaptive_avg"),
-    "adaptive_max_pool1d": lambda: Pointwise("adaptive_max"),
-    "adaptive_avg_pool2d": lambda: Pool2d("avg"),
-    "adaptive_max_pool2d": lambda: Pool2d("max"),
-    "antialias_scale": lambda: Antialias("bilinear", scale_factor=(0.5, 0.3)),
-    "antialias_bicubic_size": lambda: Antialias("bicubic", size=(9, 7)),
-    "length_regulator": LengthRegulator,
-}
-IMAGES = {"antialias_scale", "antialias_bicubic_size"}
-# How the unpatched export goes wrong on torch 2.13; absent: it works (the patch steps aside or is not needed).
-VANILLA = {
-    ("expm1", "torchscript"): "aten::expm1",
-    ("expm1", "dynamo"): "mismatch",  # exp(x) - 1: small arguments lose their digits
-    ("unfold", "torchscript"): "input size not accessible",
-    ("cumsum_bool", "torchscript"): "tensor(bool)",
-    ("diff", "torchscript"): "aten::diff",
-    ("rms_norm", "torchscript"): "aten::rms_norm",
-    ("instance_norm", "torchscript"): "instance_norm training for unknown batch size",
-    ("spectral_norm", "torchscript"): "aten::vdot",
-    ("adaptive_avg_pool1d", "torchscript"): "input size not accessible",
-    ("adaptive_avg_pool1d", "dynamo"): "indices element out of data bounds",
-    ("adaptive_max_pool1d", "torchscript"): "input size not accessible",
-    ("adaptive_max_pool1d", "dynamo"): "Failed to convert",
-    ("adaptive_avg_pool2d", "torchscript"): "output_size is not constant",
-    ("adaptive_avg_pool2d", "dynamo"): "mismatch",
-    ("adaptive_max_pool2d", "torchscript"): "input size not accessible",
-    ("adaptive_max_pool2d", "dynamo"): "Failed to convert",
-    ("antialias_scale", "torchscript"): "_upsample_bilinear2d_aa",
-    ("antialias_scale", "dynamo"): "mismatch",
-    ("antialias_bicubic_size", "torchscript"): "_upsample_bicubic2d_aa",
-    ("length_regulator", "torchscript"): "aten::pad_sequence",
-    ("length_regulator", "dynamo"): "Failed to decompose",
-}
+def _sequence(B, T, seed):
+    return (torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed)),)
 
 
-def _inputs(name, B, T, seed):
+def _image(B, T, seed):
+    return (torch.rand(B, 3, T, T // 2 + 3, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _durations(B, T, seed):
     g = torch.Generator().manual_seed(seed)
-    if name in IMAGES:
-        return (torch.rand(B, 3, T, T // 2 + 3, generator=g),)
     x = torch.randn(B, T, D, generator=g)
-    if name == "length_regulator":
-        durations = torch.randint(0, 4, (B, T), generator=g)
-        durations[0, :2] = 0  # zeros at the start, as silence gets
-        return x, durations
-    return (x,)
+    durations = torch.randint(0, 4, (B, T), generator=g)
+    durations[0, :2] = 0  # zeros at the start, as silence gets
+    return x, durations
 
 
-def _dynamic(name):
-    if name in IMAGES:
-        return {0: {0: "batch", 2: "height", 3: "width"}}
-    if name == "length_regulator":  # the Python loop over the batch fixes B (docs/models.md, Limits)
-        return {0: {1: "time"}, 1: {1: "time"}}
-    return {0: {0: "batch", 1: "time"}}
+def _vdot_in_spectral_norm(exporter):
+    """sigma through torch.vdot since torch 2.1: older releases do not call the op at all."""
+    import inspect
+    from torch.nn.utils import parametrizations
+    return "vdot" in inspect.getsource(parametrizations)
 
 
-def _sizes(name):
-    if name == "length_regulator":
-        return [(2, 23), (2, 50), (2, 5)]
-    return [(1, 23), (3, 50), (2, 9)]
+def _no_rms_norm(exporter):
+    return None if hasattr(nn, "RMSNorm") else f"torch {torch.__version__} has no nn.RMSNorm"
 
 
-def _build(name):
-    if name == "rms_norm" and not hasattr(nn, "RMSNorm"):
-        pytest.skip(f"torch {torch.__version__} has no nn.RMSNorm")
-    torch.manual_seed(sum(map(ord, name)))
-    return CASES[name]().eval()
+def _case(name, build, vanilla, inputs=_sequence, dynamic={0: {0: "batch", 1: "time"}}, **options):
+    return PatchCase(name, build, inputs, dynamic, vanilla=vanilla, **options)
 
 
-def _fails_here(name, exporter):
-    """Whether this torch has the recorded vanilla failure (older releases may not call the op at all)."""
-    if name == "spectral_norm":  # sigma through torch.vdot since torch 2.1
-        import inspect
-        from torch.nn.utils import parametrizations
-        return "vdot" in inspect.getsource(parametrizations)
-    if name == "length_regulator":  # torch.onnx's dynamo exporter does it right from 2.14 on
-        return not steps_aside("pad_sequence", exporter)
-    return True
+def _image_case(name, build, vanilla):
+    return _case(name, build, vanilla, _image, {0: {0: "batch", 2: "height", 3: "width"}})
 
 
-def _export(model, name, exporter):
-    with torch.no_grad():
-        return export(model, _inputs(name, 2, 37, 0), exporter, _dynamic(name))
+# How the unpatched export goes wrong on torch 2.13; absent: it works (the patch steps aside or is not needed).
+CASES = [
+    _case("expm1", lambda: Pointwise("expm1"),
+          {"torchscript": "aten::expm1", "dynamo": "mismatch"}),  # exp(x) - 1: small arguments lose their digits
+    _case("unfold", lambda: Pointwise("unfold"), {"torchscript": "input size not accessible"}),
+    _case("cumsum_bool", lambda: Pointwise("cumsum_bool"), {"torchscript": "tensor(bool)"}),
+    _case("diff", lambda: Pointwise("diff"), {"torchscript": "aten::diff"}),
+    _case("rms_norm", lambda: Norms("rms_norm"), {"torchscript": "aten::rms_norm"}, skip=_no_rms_norm),
+    _case("instance_norm", lambda: Norms("instance_norm"),
+          {"torchscript": "instance_norm training for unknown batch size"}),
+    _case("spectral_norm", lambda: Norms("spectral_norm"), {"torchscript": "aten::vdot"},
+          fails_here=_vdot_in_spectral_norm),
+    _case("adaptive_avg_pool1d", lambda: Pointwise("adaptive_avg"),
+          {"torchscript": "input size not accessible", "dynamo": "indices element out of data bounds"}),
+    _case("adaptive_max_pool1d", lambda: Pointwise("adaptive_max"),
+          {"torchscript": "input size not accessible", "dynamo": "Failed to convert"}),
+    _case("adaptive_avg_pool2d", lambda: Pool2d("avg"),
+          {"torchscript": "output_size is not constant", "dynamo": "mismatch"}),
+    _case("adaptive_max_pool2d", lambda: Pool2d("max"),
+          {"torchscript": "input size not accessible", "dynamo": "Failed to convert"}),
+    _image_case("antialias_scale", lambda: Antialias("bilinear", scale_factor=(0.5, 0.3)),
+                {"torchscript": "_upsample_bilinear2d_aa", "dynamo": "mismatch"}),
+    _image_case("antialias_bicubic_size", lambda: Antialias("bicubic", size=(9, 7)),
+                {"torchscript": "_upsample_bicubic2d_aa"}),
+    # the Python loop over the batch fixes B (docs/models.md, Limits): lengths vary, B does not
+    _case("length_regulator", LengthRegulator, {"torchscript": "aten::pad_sequence", "dynamo": "Failed to decompose"},
+          _durations, {0: {1: "time"}, 1: {1: "time"}}, sizes=((2, 23), (2, 50), (2, 5)),
+          # torch.onnx's dynamo exporter does it right from 2.14 on
+          fails_here=lambda exporter: not steps_aside("pad_sequence", exporter)),
+]
+test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(CASES)
 
 
-def _check(proto, model, name):
-    for seed, (B, T) in enumerate(_sizes(name), start=1):
-        args = _inputs(name, B, T, seed)
-        with torch.no_grad():
-            expected = model(*args).numpy()
-        got = run(proto, *[a.numpy() for a in args])[0]
-        assert got.shape == expected.shape, (got.shape, expected.shape)
-        assert np.std(expected) > 1e-3, "degenerate reference output"
-        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("name", list(CASES))
-def test_patched_export_matches_eager(name, exporter):
-    model = _build(name)
-    with onnx_compat.patched():
-        proto = _export(model, name, exporter)
-    _check(proto, model, name)
-
-
-@pytest.mark.parametrize("name,exporter", sorted(VANILLA))
-def test_vanilla_export_fails_as_recorded(name, exporter):
-    if exporter not in EXPORTERS:
-        pytest.skip(versions.NO_DYNAMO)
-    model = _build(name)
-    if not _fails_here(name, exporter):
-        pytest.skip(f"torch {torch.__version__} exports {name} without the patch")
-    vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), VANILLA[name, exporter])
-
-
-@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("call,error", [
     (lambda x: F.adaptive_avg_pool1d(x, (2, 3)), "adaptive_avg_pool1d"),
     (lambda x: F.adaptive_max_pool2d(x[None], (3, -1)), "negative dimension"),
@@ -235,11 +178,14 @@ def test_what_the_patches_cannot_express_raises_pytorchs_error(call, error, expo
     assert error.lower() in (str(exported.value) + repr(exported.value.__cause__)).lower(), str(exported.value)[:300]
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_eager_is_untouched_inside_patched(name):
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_eager_is_untouched_inside_patched(case):
     """Outside an export the wrappers call straight through: bit-identical outputs."""
-    model = _build(name)
-    args = _inputs(name, 3, 20, 5)
+    reason = case.skip("eager")
+    if reason:
+        pytest.skip(reason)
+    model = case.model()
+    args = case.inputs(3, 20, 5)
     with torch.no_grad():
         expected, again = model(*args), model(*args)
         with onnx_compat.patched():

@@ -42,7 +42,8 @@ def test_subsampled_output_fits_only_the_encoder():
     (GOOD_IN, GOOD_OUT, {"feature_dim": 80}, "RASR's feature dim is 80"),
     (GOOD_IN + [("state", F32, ["B", 4])], GOOD_OUT, {}, "'state' is not mapped"),
     (GOOD_IN, GOOD_OUT, {"features_size": None}, "'data:size1' is not mapped"),
-])
+], ids=["int64_lengths", "dynamic_features", "static_input_time", "static_batch", "rank_2", "dynamic_classes",
+        "static_output_time", "no_output", "other_feature_dim", "unmapped_state", "unmapped_lengths"])
 def test_each_broken_rule_is_one_finding(inputs, outputs, kwargs, match):
     check = check_rasr(graph(inputs, outputs), **kwargs)
     assert not check.ok and check.roles() == []

@@ -9,10 +9,9 @@ from torch import nn
 
 import onnx_compat
 from onnx_compat import Dim, ExportError, TensorSpec
-from onnx_compat import versions
 
 
-from helpers import EXPORTERS
+from helpers import EXPORTERS, needs_dynamo
 
 
 class CeilFrames(nn.Module):
@@ -52,7 +51,7 @@ def _line_of(cls, text):
     return start + next(i for i, line in enumerate(lines) if text in line)
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason=versions.NO_DYNAMO)
+@needs_dynamo
 @pytest.mark.parametrize("name", list(CASES))
 def test_auto_keeps_python_size_arithmetic_dynamic(name, tmp_path):
     report = onnx_compat.export(CASES[name][0](), str(tmp_path / "m.onnx"), *_specs(name), exporter="auto")

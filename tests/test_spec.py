@@ -128,7 +128,7 @@ def test_values_draw_inside_the_range():
     (dict(values=(0.5, 3), dtype=torch.int64), r"must be ints \(the tensor is int64\)"),
     (dict(values=(0, 1), dtype=torch.bool), "does not apply to a bool tensor"),
     (dict(values=5), r"must be a \(low, high\) pair"),
-])
+], ids=["empty_range", "float_range_for_ints", "range_for_bool", "not_a_pair"])
 def test_bad_values_are_one_spec_error_naming_the_input(kwargs, message):
     with pytest.raises(onnx_compat.SpecError, match="^x: .*" + message):
         TensorSpec("x", [Dim("batch")], **kwargs)
@@ -168,7 +168,7 @@ def test_examples_are_exported_and_verified(tmp_path):
     (dict(**{"data:size1": torch.tensor([9, 7, 7], dtype=torch.int32)}),
      r"example 0: input 'data:size1' dim 0 \('batch'\) is 3, but 'data' has batch = 2"),
     (dict(**{"data:size1": torch.tensor([9, 12], dtype=torch.int32)}), r"lengths 'data:size1' \[9, 12\] do not fit"),
-])
+], ids=["missing_lengths", "unknown_input", "float64", "rank_2", "wrong_static_dim", "lengths_batch_3", "lengths_too_long"])
 def test_a_bad_example_is_one_error_naming_the_input_before_any_export(change, message, tmp_path):
     model, inputs, outputs = _examples_job()
     example = _named_example(2, 9)

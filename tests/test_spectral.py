@@ -10,7 +10,6 @@ complex number is round-off): on the circle everywhere, and as numbers wherever 
 is exactly 0 (π, not -π, on the negative real axis) or clearly not 0.
 """
 import inspect
-import math
 
 import numpy as np
 import pytest
@@ -18,11 +17,9 @@ import torch
 import torch.nn as nn
 
 import onnx_compat
-from onnx_compat import versions
 
 from onnx_compat.models import audio
-
-from helpers import EXPORTERS, export, run, vanilla_failure
+from onnx_compat.testing import PatchCase, patch_case_tests
 
 HAS_ALIGN = "align_to_window" in inspect.signature(torch.stft).parameters
 
@@ -108,110 +105,70 @@ class Wave(nn.Module):
         raise ValueError(c)
 
 
-CASES = ["stft_abs", "stft_power_constant_normalized", "stft_real_output", "stft_twosided",
-         "stft_align_to_window", "learned_window", "abs_angle", "real_imag_conj", "complex_times_real", "complex_times_complex",
-         "polar_istft", "complex_istft", "scalar_1j_istft", "exp_1j_istft", "view_as_complex_istft",
-         "fft_of_frames", "fft_ifft_complex", "fft_convolution"]
-SIZES = [(1, 700), (3, 1333), (2, 411)]
-# How the unpatched export goes wrong on torch 2.13 ("mismatch": exports, wrong numbers in ONNX Runtime).
-# Absent: it works (stft -> abs under dynamo, return_complex=False under both); the patch still acts then,
-# as what a spectrum will feed is unknown when it is made.
+SIZES = ((1, 700), (3, 1333), (2, 411))
 # torch 2.0's TorchScript exporter has no stft at all; from 2.1 it refuses the complex result
 OLD_STFT = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 1)
 _STFT = "aten::stft" if OLD_STFT else "STFT does not currently support complex types"
 _SCALAR = "Unknown number type: complex"
-VANILLA = {
-    ("stft_abs", "torchscript"): _STFT,
-    ("stft_power_constant_normalized", "torchscript"): _STFT,
-    ("stft_twosided", "torchscript"): _STFT,
-    ("stft_align_to_window", "torchscript"): _STFT,
-    ("stft_align_to_window", "dynamo"): "aten_stft() takes",
-    ("learned_window", "torchscript"): _STFT,
-    ("abs_angle", "torchscript"): _STFT,
-    ("abs_angle", "dynamo"): "mismatch",  # π written as -π where the spectrum is real and negative
-    ("real_imag_conj", "torchscript"): _STFT,
-    ("real_imag_conj", "dynamo"): "aten._neg_view",
-    ("complex_times_real", "torchscript"): _STFT,
-    ("complex_times_complex", "torchscript"): _SCALAR,
-    ("polar_istft", "torchscript"): _STFT,
-    ("polar_istft", "dynamo"): "ScatterND",  # ONNX Runtime refuses the graph
-    ("complex_istft", "torchscript"): _STFT,
-    ("complex_istft", "dynamo"): "ScatterND",
-    ("scalar_1j_istft", "torchscript"): _SCALAR,
-    ("scalar_1j_istft", "dynamo"): "overload='Scalar'",  # aten.mul.Scalar
-    ("exp_1j_istft", "torchscript"): _SCALAR,
-    ("exp_1j_istft", "dynamo"): "overload='Scalar'",
-    ("view_as_complex_istft", "torchscript"): "aten::stft" if OLD_STFT else "aten::view_as_complex",
-    ("view_as_complex_istft", "dynamo"): "ScatterND",
-    ("fft_of_frames", "torchscript"): "aten::fft_rfft",
-    ("fft_of_frames", "dynamo"): "aten.constant_pad_nd",
-    ("fft_ifft_complex", "torchscript"): "aten::fft_fft",
-    ("fft_ifft_complex", "dynamo"): "aten.constant_pad_nd",
-    ("fft_convolution", "torchscript"): "aten::fft_rfft",
-    ("fft_convolution", "dynamo"): "Shape mismatch attempting to re-use buffer",
-}
-
-
-def _build(case):
-    if case == "stft_align_to_window" and not HAS_ALIGN:
-        pytest.skip(f"torch {torch.__version__}'s stft has no align_to_window")
-    torch.manual_seed(sum(map(ord, case)))
-    return Wave(case).eval()
 
 
 def _wave(B, S, seed):
     return (torch.rand(B, S, generator=torch.Generator().manual_seed(seed)) * 2 - 1,)
 
 
-def _export(model, exporter):
-    with torch.no_grad():
-        return export(model, _wave(2, 1000, 0), exporter, {0: {0: "batch", 1: "samples"}})
+def _compare_abs_angle(got, expected, atol, rtol):
+    """Magnitudes as numbers; phases on the circle, and as numbers where they are defined (see the top)."""
+    mag, phase, imag = expected[:, 0], expected[:, 1], expected[:, 2]
+    np.testing.assert_allclose(got[:, 0], mag, atol=atol, rtol=rtol)
+    kept = mag > 1e-3 * mag.max()  # elsewhere the phase is round-off
+    turn = np.angle(np.exp(1j * (got[:, 1] - phase)))  # on the circle
+    assert np.abs(turn[kept]).max() < 1e-3
+    # Off the circle too, except where a real spectrum's imaginary part is round-off (reflect-padded
+    # edge frames are symmetric): there π and -π are both right. Exact zeros (DC, Nyquist) must give π.
+    # (Elsewhere eager's own imaginary part may come out exactly 0 or not, depending on its FFT's path.)
+    ends = np.zeros_like(kept)
+    ends[:, [0, -1]] = True  # bins 0 and n_fft / 2: [B, F, T]
+    exact = kept & (ends | (np.abs(imag) > 1e-5 * mag.max()))
+    np.testing.assert_allclose(got[:, 1][exact], phase[exact], atol=1e-3)
 
 
-def _compare(got, expected, case):
-    assert got.shape == expected.shape, (got.shape, expected.shape)
-    scale = np.abs(expected).max()
-    assert np.std(expected) > 1e-3 * scale > 0, "degenerate reference output"
-    if case == "abs_angle":
-        mag, phase, imag = expected[:, 0], expected[:, 1], expected[:, 2]
-        np.testing.assert_allclose(got[:, 0], mag, atol=1e-5 * scale, rtol=1e-4)
-        kept = mag > 1e-3 * mag.max()  # elsewhere the phase is round-off
-        turn = np.angle(np.exp(1j * (got[:, 1] - phase)))  # on the circle
-        assert np.abs(turn[kept]).max() < 1e-3
-        # Off the circle too, except where a real spectrum's imaginary part is round-off (reflect-padded
-        # edge frames are symmetric): there π and -π are both right. Exact zeros (DC, Nyquist) must give π.
-        # (Elsewhere eager's own imaginary part may come out exactly 0 or not, depending on its FFT's path.)
-        ends = np.zeros_like(kept)
-        ends[:, [0, -1]] = True  # bins 0 and n_fft / 2: [B, F, T]
-        exact = kept & (ends | (np.abs(imag) > 1e-5 * mag.max()))
-        np.testing.assert_allclose(got[:, 1][exact], phase[exact], atol=1e-3)
-        return
-    np.testing.assert_allclose(got, expected, atol=1e-5 * scale, rtol=1e-4)
+def _needs_align(exporter):
+    return None if HAS_ALIGN else f"torch {torch.__version__}'s stft has no align_to_window"
 
 
-def _check(proto, model, case):
-    for seed, (B, S) in enumerate(SIZES, start=1):
-        (x,) = _wave(B, S, seed)
-        with torch.no_grad():
-            expected = model(x).numpy()
-        _compare(run(proto, x.numpy())[0], expected, case)
+def _case(name, vanilla, **options):
+    """A waveform [B, S] with dynamic batch and samples; tolerances scaled to the output (see the top)."""
+    return PatchCase(name, lambda: Wave(name), _wave, {0: {0: "batch", 1: "samples"}}, sizes=SIZES,
+                     example=(2, 1000), size_names=("batch", "samples"), vanilla=vanilla, scaled=True, **options)
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-@pytest.mark.parametrize("case", CASES)
-def test_patched_export_matches_eager(case, exporter):
-    model = _build(case)
-    with onnx_compat.patched():
-        proto = _export(model, exporter)
-    _check(proto, model, case)
-
-
-@pytest.mark.parametrize("case,exporter", sorted(VANILLA))
-def test_vanilla_export_fails_as_recorded(case, exporter):
-    if exporter not in EXPORTERS:
-        pytest.skip(versions.NO_DYNAMO)
-    model = _build(case)
-    vanilla_failure(lambda: _check(_export(model, exporter), model, case), VANILLA[(case, exporter)])
+# How the unpatched export goes wrong on torch 2.13 ("mismatch": exports, wrong numbers in ONNX Runtime).
+# Absent: it works (stft -> abs under dynamo, return_complex=False under both); the patch still acts then,
+# as what a spectrum will feed is unknown when it is made.
+CASES = [
+    _case("stft_abs", {"torchscript": _STFT}),
+    _case("stft_power_constant_normalized", {"torchscript": _STFT}),
+    _case("stft_real_output", {}),
+    _case("stft_twosided", {"torchscript": _STFT}),
+    _case("stft_align_to_window", {"torchscript": _STFT, "dynamo": "aten_stft() takes"}, skip=_needs_align),
+    _case("learned_window", {"torchscript": _STFT}),
+    _case("abs_angle", {"torchscript": _STFT,
+                        "dynamo": "mismatch"},  # π written as -π where the spectrum is real and negative
+          compare=_compare_abs_angle),
+    _case("real_imag_conj", {"torchscript": _STFT, "dynamo": "aten._neg_view"}),
+    _case("complex_times_real", {"torchscript": _STFT}),
+    _case("complex_times_complex", {"torchscript": _SCALAR}),
+    _case("polar_istft", {"torchscript": _STFT, "dynamo": "ScatterND"}),  # ONNX Runtime refuses the graph
+    _case("complex_istft", {"torchscript": _STFT, "dynamo": "ScatterND"}),
+    _case("scalar_1j_istft", {"torchscript": _SCALAR, "dynamo": "overload='Scalar'"}),  # aten.mul.Scalar
+    _case("exp_1j_istft", {"torchscript": _SCALAR, "dynamo": "overload='Scalar'"}),
+    _case("view_as_complex_istft", {"torchscript": "aten::stft" if OLD_STFT else "aten::view_as_complex",
+                                    "dynamo": "ScatterND"}),
+    _case("fft_of_frames", {"torchscript": "aten::fft_rfft", "dynamo": "aten.constant_pad_nd"}),
+    _case("fft_ifft_complex", {"torchscript": "aten::fft_fft", "dynamo": "aten.constant_pad_nd"}),
+    _case("fft_convolution", {"torchscript": "aten::fft_rfft", "dynamo": "Shape mismatch attempting to re-use buffer"}),
+]
+test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(CASES)
 
 
 class Unsupported(nn.Module):
@@ -245,7 +202,6 @@ UNSUPPORTED = {
 }
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("case", sorted(UNSUPPORTED))
 def test_what_has_no_real_form_is_one_clear_error(case, exporter, tmp_path):
     from onnx_compat.spec import Dim, TensorSpec
@@ -273,7 +229,6 @@ def test_eager_is_untouched_inside_patched():
     assert torch.equal(before, inside)
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
 def test_vocoder_and_front_end_numbers_at_other_lengths_through_the_pipeline(exporter, tmp_path):
     """The reference models with each exporter: verified at unseen sizes, B=1 included, not degenerate."""
     for factory in (audio.frontend, audio.vocoder):
