@@ -1,0 +1,102 @@
+"""Of several verified graphs of one model, the one that runs faster in ONNX Runtime.
+
+Users export to run: once two exporters both give a graph that is proven
+right, the one they get should be the one that costs them less at inference.
+Node counts do not say which (a 1,132-node TorchScript graph of an attention
+encoder ran in 0.88x the time of dynamo's 607 nodes), so the graphs are timed
+on the inputs verification already made, in the same interleaved rounds so a
+burst of load on a shared machine hits both alike. A session is built the way a
+deployment builds it (full optimisation, prepacked weights, one thread): the
+verification's own sessions are not, they skip prepacking to load quickly.
+The first graph is the default and is kept unless another is faster by more
+than ``margin``: a choice inside the noise would flip between runs.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Sequence, Union
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnx_compat.errors import ExportError
+
+GraphLike = Union[onnx.ModelProto, bytes, str, ort.InferenceSession]
+
+
+@dataclass
+class Choice:
+    """The graph chosen, each graph's median time over the cases, and each one's ratio to the chosen."""
+
+    name: str
+    seconds: Dict[str, float]
+    ratios: Dict[str, float] = field(default_factory=dict)
+    cost: float = 0.0  # seconds spent building sessions and timing
+
+    def why(self) -> str:
+        """One line for ``Report.why``."""
+        others = [f"{k} {r:.2f}x" for k, r in self.ratios.items() if k != self.name]
+        return f"{self.name} runs faster in ONNX Runtime ({', '.join(others)} its time, 1 thread)" if others \
+            else f"{self.name}: the only verified graph"
+
+
+def deployed_session(graph: GraphLike, threads: int = 1) -> ort.InferenceSession:
+    """A session as a deployment builds it: all optimisations on, weights prepacked."""
+    if isinstance(graph, ort.InferenceSession):
+        return graph
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 4
+    data = graph.SerializeToString() if isinstance(graph, onnx.ModelProto) else graph
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def _feeds(case, wanted) -> Dict[str, np.ndarray]:
+    """A verification ``Case`` (torch tensors in ``.feeds``) or a plain dict, as ONNX Runtime's feeds."""
+    raw = getattr(case, "feeds", case)
+    return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in raw.items() if k in wanted}
+
+
+def _runner(name: str, sess: ort.InferenceSession, cases: Sequence) -> callable:
+    wanted = {i.name for i in sess.get_inputs()}
+    feeds = [_feeds(c, wanted) for c in cases]
+
+    def run_all():
+        for f in feeds:
+            sess.run(None, f)
+    try:
+        run_all()  # warm-up; a graph that cannot run here is an error, not a slow contender
+    except Exception as exc:
+        raise ExportError(f"{name}: ONNX Runtime failed while timing the verified graphs: {exc}",
+                          stage="choose") from exc
+    return run_all
+
+
+def faster(graphs: Mapping[str, GraphLike], cases: Sequence, rounds: int = 5, margin: float = 1.05,
+           threads: int = 1) -> Choice:
+    """Time every graph on every case (``rounds`` interleaved rounds, median) and choose.
+
+    ``graphs``: name -> ModelProto, serialized bytes, path or session, in order of preference.
+    ``cases``: the verification inputs (``verification.Case`` or ``{onnx_name: array}``)."""
+    if not graphs:
+        raise ValueError("faster() needs at least one graph")
+    t0 = time.perf_counter()
+    names = list(graphs)
+    if len(names) == 1:
+        return Choice(names[0], {}, {names[0]: 1.0})
+    runners = {k: _runner(k, deployed_session(g, threads), cases) for k, g in graphs.items()}
+    times: Dict[str, List[float]] = {k: [] for k in names}
+    for _ in range(rounds):
+        for k in names:
+            t = time.perf_counter()
+            runners[k]()
+            times[k].append(time.perf_counter() - t)
+    seconds = {k: statistics.median(v) for k, v in times.items()}
+    best = min(names, key=seconds.get)
+    chosen = best if seconds[names[0]] > margin * seconds[best] else names[0]
+    ratios = {k: seconds[k] / seconds[chosen] for k in names}
+    return Choice(chosen, seconds, ratios, time.perf_counter() - t0)
