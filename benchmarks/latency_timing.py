@@ -4,7 +4,14 @@ Other sessions share the machine's two cores, so an absolute time drifts by tens
 percent within a minute. Every contender is timed in the same rounds, one block
 each per round in turn, so a burst of load hits all of them alike; a block repeats
 the call until it lasts ``block_seconds`` (a sub-millisecond graph is not timed by
-one ``perf_counter`` pair), and the figure is the median of the per-call times.
+one clock pair), and the figure is the median of the per-call times.
+
+With one thread, the clock is the calling thread's CPU time (``time.thread_time``):
+ONNX Runtime with one intra-op thread and PyTorch with ``set_num_threads(1)`` run
+the whole call in that thread, and its CPU time does not count the time the
+scheduler gives other processes, which on a machine loaded several times over
+is most of the wall time. With more threads only wall time measures latency;
+those figures are as noisy as the machine is loaded.
 """
 from __future__ import annotations
 
@@ -19,27 +26,34 @@ import torch
 from onnx_compat.pipeline.verification import session
 
 
-def calls_per_block(fn: Callable[[], object], block_seconds: float) -> int:
+def clock_for(threads: int) -> Callable[[], float]:
+    """CPU time of this thread for one-thread runs, wall time otherwise (see the module's docstring)."""
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
+def calls_per_block(fn: Callable[[], object], block_seconds: float, clock=time.perf_counter) -> int:
     """How many calls of ``fn`` fill one block (after a warm-up call)."""
     fn()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    one = max(time.perf_counter() - t0, 1e-6)
+    one = max(clock() - t0, 1e-6)
     return max(1, int(block_seconds / one))
 
 
-def interleaved_medians(fns: Mapping[str, Callable[[], object]], rounds: int,
-                        block_seconds: float = 0.02) -> Dict[str, float]:
-    """Median seconds per call of each fn, timed in the same interleaved rounds."""
-    counts = {k: calls_per_block(fn, block_seconds) for k, fn in fns.items()}
+def interleaved_medians(fns: Mapping[str, Callable[[], object]], rounds: int, block_seconds: float = 0.02,
+                        clock: Callable[[], float] = time.perf_counter) -> Dict[str, float]:
+    """Median seconds per call of each fn, timed in the same interleaved rounds, each round in a new order
+    (rotated), so no contender always follows the same one."""
+    counts = {k: calls_per_block(fn, block_seconds, clock) for k, fn in fns.items()}
+    names = list(fns)
     per_call: Dict[str, list] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            n = counts[k]
-            t0 = time.perf_counter()
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            fn, n = fns[k], counts[k]
+            t0 = clock()
             for _ in range(n):
                 fn()
-            per_call[k].append((time.perf_counter() - t0) / n)
+            per_call[k].append((clock() - t0) / n)
     return {k: statistics.median(v) for k, v in per_call.items()}
 
 

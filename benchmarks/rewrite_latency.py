@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import op_tail  # noqa: E402
 import test_ops  # noqa: E402
 import test_recurrent  # noqa: E402
-from latency_timing import eager_call, interleaved_medians, ort_call  # noqa: E402
+from latency_timing import clock_for, eager_call, interleaved_medians, ort_call  # noqa: E402
 
 import onnx_compat  # noqa: E402
 from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: E402
@@ -86,8 +86,9 @@ def measure(names: Optional[List[str]], rounds: int, exporters=EXPORTERS) -> Lis
         feeds = {f"x{i}": a.numpy() for i, a in enumerate(args)}
         fns = {k: ort_call(g, feeds, 1) for k, g in graphs.items() if not isinstance(g, str)}
         fns["eager"] = eager_call(build(), args)
-        seconds = interleaved_medians(fns, rounds)
+        seconds = interleaved_medians(fns, rounds, clock=clock_for(1))
         results.append({"name": name, "graphs": graphs, "seconds": seconds})
+        print(table(results[-1:])[-1], file=sys.stderr, flush=True)
     return results
 
 

@@ -30,7 +30,7 @@ import onnx
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from latency_timing import eager_call, interleaved_medians, ort_call  # noqa: E402
+from latency_timing import clock_for, eager_call, interleaved_medians, ort_call  # noqa: E402
 from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
@@ -103,7 +103,7 @@ def time_all(contenders: List[Contender], calls: Dict[str, Callable], rounds: in
         torch.set_num_threads(threads or os.cpu_count())
         fns = {c.name: ort_call(c.proto, calls["feeds"], threads) for c in contenders if c.proto is not None}
         fns["eager"] = calls["eager"]
-        out[label] = interleaved_medians(fns, rounds)
+        out[label] = interleaved_medians(fns, rounds, clock=clock_for(threads))
     torch.set_num_threads(1)
     return out
 
@@ -152,6 +152,11 @@ def load_line() -> str:
             f"{os.cpu_count()} CPUs, load average {load} during the run")
 
 
+def _head(rounds: int, scale: int) -> List[str]:
+    return [load_line() + f"; median of {rounds} interleaved rounds; batch 4, {scale}x the example's other dims; "
+            "1 thread: CPU time of the calling thread, default threads: wall time", ""]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="two small models and two rewrites, 3 rounds")
@@ -166,9 +171,13 @@ def main(argv=None):
     exporters = args.exporters or EXPORTERS
     rounds = 3 if args.quick else args.rounds
     names = args.only or (QUICK if args.quick else list(ZOO))
-    results = [measure_model(n, ZOO[n], args.scale, rounds, exporters) for n in names if n in ZOO]
-    lines = [load_line() + f"; median of {rounds} interleaved rounds; batch 4, {args.scale}x the example's "
-             "other dims", ""] + model_table(results)
+    results = []
+    for n in [n for n in names if n in ZOO]:
+        results.append(measure_model(n, ZOO[n], args.scale, rounds, exporters))
+        print("\n".join(model_rows(results[-1])), file=sys.stderr, flush=True)  # progress: a long run on a busy machine
+        if args.write:  # a run stopped half-way still leaves the models it measured
+            write_marked(args.write, "\n".join(_head(rounds, args.scale) + model_table(results)), "runtime-latency")
+    lines = _head(rounds, args.scale) + model_table(results)
     rewrites = []
     if not args.no_rewrites:
         import rewrite_latency
