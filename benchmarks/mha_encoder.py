@@ -48,3 +48,51 @@ def job(blocks: int = 12, dim: int = 256, seed: int = 0) -> dict:
     inputs = [TensorSpec("data", [batch, Dim("time"), 80], lengths=[1])]
     outputs = [TensorSpec("output", [batch, Dim("time"), dim], lengths=[1])]
     return {"model": MhaEncoder(dim=dim, blocks=blocks).eval(), "inputs": inputs, "outputs": outputs}
+
+
+def main(argv=None):
+    """ONNX Runtime latency of this encoder's verified exports, side by side in one run (1 thread, CPU time):
+    TorchScript with and without ``mha_compact``, and dynamo. ``--tiny`` for a smoke run."""
+    import argparse
+    import os
+    import sys
+    import tempfile
+
+    import onnx
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from latency_timing import clock_for, interleaved_medians, ort_call
+
+    import onnx_compat
+    from onnx_compat.pipeline.capture import HAS_DYNAMO
+    from onnx_compat.spec import make_inputs
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--rounds", type=int, default=15)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    spec = job(blocks=2, dim=32) if args.tiny else job()
+    variants = {"torchscript": ("torchscript", None),
+                "torchscript without mha_compact": ("torchscript", {"exclude": ["mha_compact"]})}
+    if HAS_DYNAMO:
+        variants["dynamo"] = ("dynamo", None)
+    graphs, nodes = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (exporter, patches) in variants.items():
+            path = os.path.join(tmp, f"{len(graphs)}.onnx")
+            onnx_compat.export(spec["model"], path, spec["inputs"], spec["outputs"], exporter=exporter, patches=patches)
+            graphs[name] = onnx.load(path)
+            nodes[name] = len(graphs[name].graph.node)
+    feeds = {k: v.numpy() for k, v in make_inputs(spec["inputs"], {"batch": 4, "time": 300}, seed=3).items()}
+    seconds = interleaved_medians({k: ort_call(g, feeds, 1) for k, g in graphs.items()}, args.rounds,
+                                  clock=clock_for(1))
+    base = seconds["torchscript"]
+    lines = ["| graph | nodes | ONNX Runtime, 1 thread, B=4, T=300 |", "|---|---|---|"]
+    lines += [f"| {k} | {nodes[k]} | {seconds[k] / base:.2f}x ({seconds[k] * 1e3:.1f} ms) |" for k in graphs]
+    print("\n".join(lines))
+    return seconds, nodes
+
+
+if __name__ == "__main__":
+    main()

@@ -89,3 +89,18 @@ def test_a_graph_that_fails_to_run_is_named():
 def test_no_graph_is_an_error():
     with pytest.raises(ValueError, match="at least one graph"):
         faster({}, [])
+
+
+def test_verification_feeds_are_the_inputs_verification_runs():
+    """Same sizes and values as ``reference_cases`` (which also runs the eager model), so the timing
+    runs on what was proven."""
+    from onnx_compat.pipeline.choose import verification_feeds
+    from onnx_compat.pipeline.subject import Subject
+    inputs = [TensorSpec("x", [Dim("B"), Dim("T"), 8])]
+    outputs = [TensorSpec("y", [Dim("B"), Dim("T"), 8])]
+    subject = Subject.build(Double(), inputs, outputs, seed=0)
+    cases = reference_cases(Double(), inputs, outputs, example=subject.example, seed=subject.seed + 1)
+    feeds = verification_feeds(subject)
+    assert len(feeds) == len(cases) == 3
+    for f, c in zip(feeds, cases):
+        assert np.array_equal(f["x"], c.feeds["x"].numpy()), c.sizes

@@ -23,6 +23,7 @@ import onnx
 import onnxruntime as ort
 
 from onnx_compat.errors import ExportError
+from onnx_compat.spec import make_inputs, verification_sizes
 
 GraphLike = Union[onnx.ModelProto, bytes, str, ort.InferenceSession]
 
@@ -74,6 +75,15 @@ def _runner(name: str, sess: ort.InferenceSession, cases: Sequence) -> callable:
         raise ExportError(f"{name}: ONNX Runtime failed while timing the verified graphs: {exc}",
                           stage="choose") from exc
     return run_all
+
+
+def verification_feeds(subject) -> List[Dict[str, np.ndarray]]:
+    """The inputs verification runs (its sizes and seeds, ``reference_cases``), without the eager reference:
+    timing needs only the feeds, so a graph verified without them (dynamo, no cleanup) costs no eager run."""
+    sizes = verification_sizes(subject.inputs, subject.example)
+    seed = subject.seed + 1  # as ``stages._verified`` passes it
+    return [{name: t.numpy() for name, t in make_inputs(subject.inputs, s, seed=seed + i).items()}
+            for i, s in enumerate(sizes)]
 
 
 def faster(graphs: Mapping[str, GraphLike], cases: Sequence, rounds: int = 5, margin: float = 1.05,
