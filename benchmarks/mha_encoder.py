@@ -90,6 +90,13 @@ def main(argv=None):
     base = seconds["torchscript"]
     lines = ["| graph | nodes | ONNX Runtime, 1 thread, B=4, T=300 |", "|---|---|---|"]
     lines += [f"| {k} | {nodes[k]} | {seconds[k] / base:.2f}x ({seconds[k] * 1e3:.1f} ms) |" for k in graphs]
+    if "dynamo" in graphs:  # what choosing costs: choose.faster on the verification inputs (deployed sessions)
+        from onnx_compat.pipeline.choose import faster, verification_feeds
+        from onnx_compat.pipeline.subject import Subject
+        subject = Subject.build(spec["model"], spec["inputs"], spec["outputs"], seed=0)
+        choice = faster({"dynamo": graphs["dynamo"], "torchscript": graphs["torchscript"]}, verification_feeds(subject))
+        lines += ["", f"choose.faster: {choice.name}; {choice.why()}; cost {choice.cost:.2f} s (process CPU "
+                      "would be higher under load: wall clock)"]
     print("\n".join(lines))
     return seconds, nodes
 

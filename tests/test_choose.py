@@ -104,3 +104,12 @@ def test_verification_feeds_are_the_inputs_verification_runs():
     assert len(feeds) == len(cases) == 3
     for f, c in zip(feeds, cases):
         assert np.array_equal(f["x"], c.feeds["x"].numpy()), c.sizes
+
+
+def test_worth_timing_names_the_op_that_made_the_other_exporter_faster():
+    from onnx_compat.pipeline.choose import worth_timing
+    loop = helper.make_model(helper.make_graph([helper.make_node("Loop", ["n", "c"], ["o"]),
+                                                helper.make_node("MatMul", ["a", "b"], ["m"])], "g", [], []))
+    assert worth_timing(loop, "torchscript").startswith("Loop: LSTMP")
+    assert worth_timing(loop, "dynamo") is None  # dynamo writes Scan for LSTMP; a Loop there was not measured
+    assert worth_timing(_graph(3), "torchscript") is None and worth_timing(_graph(3), "dynamo") is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -75,6 +75,24 @@ def _runner(name: str, sess: ort.InferenceSession, cases: Sequence) -> callable:
         raise ExportError(f"{name}: ONNX Runtime failed while timing the verified graphs: {exc}",
                           stage="choose") from exc
     return run_all
+
+
+# What the other exporter is worth exporting for, once one exporter's graph is verified: an op in that graph
+# whose rewrite ran much slower than the other exporter's in benchmarks/rewrite_latency.py (1 thread, CPU time;
+# docs/benchmarks.md). Elsewhere the two exporters' verified graphs ran within 0.96-1.10x of each other on
+# every model measured, and a second export costs 5-10x more under dynamo than under TorchScript.
+TRY_THE_OTHER = {
+    "torchscript": {"Loop": "LSTMP as ONNX Loop took 2.16x dynamo's Scan"},
+    "dynamo": {"Resize": "antialiased Resize took 2.16x TorchScript's two MatMuls"},
+}
+
+
+def worth_timing(proto: onnx.ModelProto, exporter: str) -> Optional[str]:
+    """Why the other exporter's graph may run faster than ``proto`` (``exporter``'s), or None: then the
+    verified graph is kept without a second export."""
+    slow = TRY_THE_OTHER.get(exporter, {})
+    found = next((n.op_type for n in proto.graph.node if n.op_type in slow), None)
+    return f"{found}: {slow[found]}" if found else None
 
 
 def verification_feeds(subject) -> List[Dict[str, np.ndarray]]:
