@@ -103,7 +103,7 @@ def _cell(result: dict, col: str, base: float) -> str:
 
 
 def table(results: List[dict]) -> List[str]:
-    lines = ["| rewrite case | ours TorchScript, 1 thread | " + " | ".join(COLUMNS) + " |",
+    lines = ["| rewrite case | ours TorchScript, time | " + " | ".join(COLUMNS) + " |",
              "|---" * (2 + len(COLUMNS)) + "|"]
     for r in results:
         base = r["seconds"].get("ours torchscript") or r["seconds"]["ours dynamo"]

@@ -141,7 +141,7 @@ def model_rows(result: dict) -> List[str]:
 
 
 def model_table(results: List[dict]) -> List[str]:
-    head = ["| model | threads | ours TorchScript | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
+    head = ["| model | threads | ours TorchScript, time | " + " | ".join(COLUMNS) + " |", "|---" * (3 + len(COLUMNS)) + "|"]
     return head + [row for r in results for row in model_rows(r)]
 
 
