@@ -110,6 +110,6 @@ def test_worth_timing_names_the_op_that_made_the_other_exporter_faster():
     from onnx_compat.pipeline.choose import worth_timing
     loop = helper.make_model(helper.make_graph([helper.make_node("Loop", ["n", "c"], ["o"]),
                                                 helper.make_node("MatMul", ["a", "b"], ["m"])], "g", [], []))
-    assert worth_timing(loop, "torchscript").startswith("Loop: LSTMP")
+    assert worth_timing(loop, "torchscript").startswith("Loop: ONNX Loop (LSTMP")
     assert worth_timing(loop, "dynamo") is None  # dynamo writes Scan for LSTMP; a Loop there was not measured
     assert worth_timing(_graph(3), "torchscript") is None and worth_timing(_graph(3), "dynamo") is None
