@@ -5,6 +5,7 @@ family's own imports (third-party helpers) happen only when patches are wanted.
 """
 from onnx_compat.patches import conv  # noqa: F401
 from onnx_compat.patches import attention  # noqa: F401
+from onnx_compat.patches import compact_attention  # noqa: F401
 from onnx_compat.patches import recurrent  # noqa: F401
 from onnx_compat.patches import arithmetic  # noqa: F401
 from onnx_compat.patches import norms  # noqa: F401

@@ -1,0 +1,131 @@
+"""Of several verified graphs of one model, the one that runs faster in ONNX Runtime.
+
+Users export to run: once two exporters both give a graph that is proven
+right, the one they get should be the one that costs them less at inference.
+Node counts do not say which (a 1,132-node TorchScript graph of an attention
+encoder ran in 0.88x the time of dynamo's 607 nodes), so the graphs are timed
+on the inputs verification already made, in the same interleaved rounds so a
+burst of load on a shared machine hits both alike. A session is built the way a
+deployment builds it (full optimisation, prepacked weights, one thread): the
+verification's own sessions are not, they skip prepacking to load quickly.
+The first graph is the default and is kept unless another is faster by more
+than ``margin``: a choice inside the noise would flip between runs.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnx_compat.errors import ExportError
+from onnx_compat.spec import make_inputs, verification_sizes
+
+GraphLike = Union[onnx.ModelProto, bytes, str, ort.InferenceSession]
+
+
+@dataclass
+class Choice:
+    """The graph chosen, each graph's median time over the cases, and each one's ratio to the chosen."""
+
+    name: str
+    seconds: Dict[str, float]
+    ratios: Dict[str, float] = field(default_factory=dict)
+    cost: float = 0.0  # seconds spent building sessions and timing
+
+    def why(self) -> str:
+        """One line for ``Report.why``."""
+        others = [f"{k} {r:.2f}x" for k, r in self.ratios.items() if k != self.name]
+        return f"{self.name} runs faster in ONNX Runtime ({', '.join(others)} its time, 1 thread)" if others \
+            else f"{self.name}: the only verified graph"
+
+
+def deployed_session(graph: GraphLike, threads: int = 1) -> ort.InferenceSession:
+    """A session as a deployment builds it: all optimisations on, weights prepacked."""
+    if isinstance(graph, ort.InferenceSession):
+        return graph
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 4
+    data = graph.SerializeToString() if isinstance(graph, onnx.ModelProto) else graph
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def _feeds(case, wanted) -> Dict[str, np.ndarray]:
+    """A verification ``Case`` (torch tensors in ``.feeds``) or a plain dict, as ONNX Runtime's feeds."""
+    raw = getattr(case, "feeds", case)
+    return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in raw.items() if k in wanted}
+
+
+def _runner(name: str, sess: ort.InferenceSession, cases: Sequence) -> callable:
+    wanted = {i.name for i in sess.get_inputs()}
+    feeds = [_feeds(c, wanted) for c in cases]
+
+    def run_all():
+        for f in feeds:
+            sess.run(None, f)
+    try:
+        run_all()  # warm-up; a graph that cannot run here is an error, not a slow contender
+    except Exception as exc:
+        raise ExportError(f"{name}: ONNX Runtime failed while timing the verified graphs: {exc}",
+                          stage="choose") from exc
+    return run_all
+
+
+# What the other exporter is worth exporting for, once one exporter's graph is verified: an op in that graph
+# whose rewrite ran much slower than the other exporter's in benchmarks/rewrite_latency.py (1 thread, CPU time;
+# docs/benchmarks.md). Whole models differ less and both ways (dynamo's graph took 0.73x-1.34x TorchScript's
+# time, 0.96-1.10x on eight of twelve) with no op to tell them apart yet: there only timing both decides,
+# and a second export costs 5-10x more under dynamo than under TorchScript.
+TRY_THE_OTHER = {
+    "torchscript": {"Loop": "ONNX Loop (LSTMP, length regulator) took 2.2-10.7x dynamo's graph"},
+    "dynamo": {"Resize": "antialiased Resize took 2.16x TorchScript's two MatMuls"},
+}
+
+
+def worth_timing(proto: onnx.ModelProto, exporter: str) -> Optional[str]:
+    """Why the other exporter's graph may run faster than ``proto`` (``exporter``'s), or None: then the
+    verified graph is kept without a second export."""
+    slow = TRY_THE_OTHER.get(exporter, {})
+    found = next((n.op_type for n in proto.graph.node if n.op_type in slow), None)
+    return f"{found}: {slow[found]}" if found else None
+
+
+def verification_feeds(subject) -> List[Dict[str, np.ndarray]]:
+    """The inputs verification runs (its sizes and seeds, ``reference_cases``), without the eager reference:
+    timing needs only the feeds, so a graph verified without them (dynamo, no cleanup) costs no eager run."""
+    sizes = verification_sizes(subject.inputs, subject.example)
+    seed = subject.seed + 1  # as ``stages._verified`` passes it
+    return [{name: t.numpy() for name, t in make_inputs(subject.inputs, s, seed=seed + i).items()}
+            for i, s in enumerate(sizes)]
+
+
+def faster(graphs: Mapping[str, GraphLike], cases: Sequence, rounds: int = 5, margin: float = 1.05,
+           threads: int = 1) -> Choice:
+    """Time every graph on every case (``rounds`` interleaved rounds, median) and choose.
+
+    ``graphs``: name -> ModelProto, serialized bytes, path or session, in order of preference.
+    ``cases``: the verification inputs (``verification.Case`` or ``{onnx_name: array}``)."""
+    if not graphs:
+        raise ValueError("faster() needs at least one graph")
+    t0 = time.perf_counter()
+    names = list(graphs)
+    if len(names) == 1:
+        return Choice(names[0], {}, {names[0]: 1.0})
+    runners = {k: _runner(k, deployed_session(g, threads), cases) for k, g in graphs.items()}
+    times: Dict[str, List[float]] = {k: [] for k in names}
+    for _ in range(rounds):
+        for k in names:
+            t = time.perf_counter()
+            runners[k]()
+            times[k].append(time.perf_counter() - t)
+    seconds = {k: statistics.median(v) for k, v in times.items()}
+    best = min(names, key=seconds.get)
+    chosen = best if seconds[names[0]] > margin * seconds[best] else names[0]
+    ratios = {k: seconds[k] / seconds[chosen] for k in names}
+    return Choice(chosen, seconds, ratios, time.perf_counter() - t0)

@@ -1,0 +1,115 @@
+"""``choose.faster``: of verified graphs, the one that runs faster in ONNX Runtime, with its ratio.
+
+The two graphs compute the same thing; one also multiplies a 384 x 384 matrix
+60 times, a gap of two orders of magnitude, so which one is faster is not a
+question of the machine's load. No time is asserted, only the choice.
+"""
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_compat.errors import ExportError
+from onnx_compat.pipeline.choose import Choice, faster
+from onnx_compat.pipeline.verification import reference_cases
+from onnx_compat.spec import Dim, TensorSpec
+
+
+def _graph(extra_matmuls: int, broken: bool = False) -> onnx.ModelProto:
+    """``y = 2 x`` for x [B, T, 8]; ``extra_matmuls`` dead-weight products feed a zero-scaled term."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["y0"])]
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    if extra_matmuls:
+        rng = np.random.default_rng(0)
+        inits += [numpy_helper.from_array(rng.standard_normal((384, 384)).astype(np.float32) / 20, "w"),
+                  numpy_helper.from_array(np.zeros((1,), np.float32), "zero")]
+        # the chain starts from the input, so ONNX Runtime cannot fold it away at load
+        nodes += [helper.make_node("ReduceSum", ["x"], ["sx"], keepdims=0),
+                  helper.make_node("Mul", ["w", "sx"], ["wx"])]
+        prev = "wx"
+        for k in range(extra_matmuls):
+            nodes.append(helper.make_node("MatMul", [prev, "w"], [f"m{k}"]))
+            prev = f"m{k}"
+        nodes += [helper.make_node("ReduceSum", [prev], ["s"], keepdims=0),
+                  helper.make_node("Mul", ["s", "zero"], ["z"]),
+                  helper.make_node("Add", ["y0", "z"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["y0"], ["y"]))
+    if broken:  # a Reshape to a shape that cannot hold the data fails when run
+        inits.append(numpy_helper.from_array(np.array([7, 5], np.int64), "bad"))
+        nodes.append(helper.make_node("Reshape", ["y", "bad"], ["y_bad"]))
+    out = "y_bad" if broken else "y"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", 8])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+def _cases():
+    inputs = [TensorSpec("x", [Dim("B"), Dim("T"), 8])]
+    return reference_cases(Double(), inputs, [TensorSpec("y", [Dim("B"), Dim("T"), 8])])
+
+
+def test_the_faster_graph_is_chosen_whichever_comes_first():
+    cases = _cases()
+    slow, fast = _graph(60), _graph(0)
+    for order in (["slow", "fast"], ["fast", "slow"]):
+        graphs = {k: {"slow": slow, "fast": fast}[k] for k in order}
+        choice = faster(graphs, cases, rounds=3)
+        assert choice.name == "fast", (order, choice)
+        assert choice.ratios["fast"] == 1.0 and choice.ratios["slow"] > 1.5, choice.ratios
+        assert "fast runs faster" in choice.why() and "slow" in choice.why()
+
+
+def test_the_first_graph_is_kept_inside_the_margin():
+    """The same graph twice: the first (preferred) one stays, whatever the noise says."""
+    graph = _graph(0)
+    choice = faster({"dynamo": graph, "torchscript": graph.SerializeToString()}, _cases(), rounds=3, margin=10.0)
+    assert choice.name == "dynamo" and set(choice.ratios) == {"dynamo", "torchscript"}
+
+
+def test_a_single_graph_is_chosen_without_timing():
+    choice = faster({"torchscript": _graph(0)}, _cases())
+    assert choice == Choice("torchscript", {}, {"torchscript": 1.0}) and "only verified" in choice.why()
+
+
+def test_a_graph_that_fails_to_run_is_named():
+    with pytest.raises(ExportError, match="broken: ONNX Runtime failed") as info:
+        faster({"ok": _graph(0), "broken": _graph(0, broken=True)}, _cases())
+    assert info.value.stage == "choose"
+
+
+def test_no_graph_is_an_error():
+    with pytest.raises(ValueError, match="at least one graph"):
+        faster({}, [])
+
+
+def test_verification_feeds_are_the_inputs_verification_runs():
+    """Same sizes and values as ``reference_cases`` (which also runs the eager model), so the timing
+    runs on what was proven."""
+    from onnx_compat.pipeline.choose import verification_feeds
+    from onnx_compat.pipeline.subject import Subject
+    inputs = [TensorSpec("x", [Dim("B"), Dim("T"), 8])]
+    outputs = [TensorSpec("y", [Dim("B"), Dim("T"), 8])]
+    subject = Subject.build(Double(), inputs, outputs, seed=0)
+    cases = reference_cases(Double(), inputs, outputs, example=subject.example, seed=subject.seed + 1)
+    feeds = verification_feeds(subject)
+    assert len(feeds) == len(cases) == 3
+    for f, c in zip(feeds, cases):
+        assert np.array_equal(f["x"], c.feeds["x"].numpy()), c.sizes
+
+
+def test_worth_timing_names_the_op_that_made_the_other_exporter_faster():
+    from onnx_compat.pipeline.choose import worth_timing
+    loop = helper.make_model(helper.make_graph([helper.make_node("Loop", ["n", "c"], ["o"]),
+                                                helper.make_node("MatMul", ["a", "b"], ["m"])], "g", [], []))
+    assert worth_timing(loop, "torchscript").startswith("Loop: ONNX Loop (LSTMP")
+    assert worth_timing(loop, "dynamo") is None  # dynamo writes Scan for LSTMP; a Loop there was not measured
+    assert worth_timing(_graph(3), "torchscript") is None and worth_timing(_graph(3), "dynamo") is None
