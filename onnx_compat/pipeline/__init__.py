@@ -17,7 +17,7 @@ import torch
 
 from onnx_compat.errors import ExportError
 from onnx_compat.model_state import preserved
-from onnx_compat.pipeline import stages
+from onnx_compat.pipeline import choose, stages
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest, build_request
 from onnx_compat.pipeline.weights import folder_for
@@ -72,7 +72,7 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
         request.tell("checking the model's outputs")
         with preserved(model):  # a forward that caches on the module (a length-keyed table) must not
             request.subject.check_outputs()  # hand that cache to the trace that follows
-        used = _first_verified(request, report, spill)
+        used = _faster(request, report, spill, _first_verified(request, report, spill))
         stages.conclude(request, report, used)
         stages.write(request, report, used, spill)
     report.timings["total"] = time.perf_counter() - t_start
@@ -102,3 +102,32 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
                       "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
                       "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit),
                       attempts=report.attempts, culprits=culprits)
+
+
+def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -> stages.Graph:
+    """``auto``: when the verified graph holds ops the latency benchmark found slow in this exporter's form
+    (``choose.worth_timing``), the other exporter is tried too and the graph that runs faster in ONNX Runtime
+    is the one written, with the ratio in the report. Otherwise the first verified graph is kept unmeasured:
+    a second export would cost more than the run time it saves (``docs/benchmarks.md``)."""
+    reason = choose.worth_timing(used.proto, used.attempt.exporter) if request.exporter == "auto" else None
+    tried = {a.exporter for a in report.attempts}
+    other = next((s for s in request.strategies if s.name not in tried), None)
+    if reason is None or other is None or spill is not None:
+        return used
+    t0, record = time.perf_counter(), Attempt(other.name, False)
+    try:
+        with preserved(request.model):
+            second = stages.attempt(other, request, spill, record)
+    except Exception as exc:  # the first graph stays; the report says why the other was not used
+        stages.failed(exc, record, request, time.perf_counter() - t0)
+        report.attempts.append(record)
+        return used
+    report.attempts.append(second.attempt)
+    request.tell("timing both graphs in ONNX Runtime")
+    graphs = {used.attempt.exporter: used.proto, other.name: second.proto}
+    choice = choose.faster(graphs, choose.verification_feeds(request.subject))
+    chosen = used if choice.name == used.attempt.exporter else second
+    chosen.why = f"{choice.why()} (timed: {reason})"
+    report.speed = {"chosen": choice.name, "ratios": dict(choice.ratios), "cost_seconds": choice.cost}
+    return chosen
+

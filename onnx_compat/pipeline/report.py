@@ -52,6 +52,7 @@ class Report:
     contract: Optional[dict] = None  # the consumer contract that held, and what its consumers said
     quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
     files: List[str] = field(default_factory=list)  # files written beside the model for its runtime
+    speed: Optional[dict] = None  # auto timed both verified graphs: the one chosen, the others' time ratios
 
     def to_dict(self) -> dict:
         return asdict(self)

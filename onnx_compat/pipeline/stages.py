@@ -41,6 +41,7 @@ class Graph:
     results: Optional[list]
     attempt: Attempt
     applied: Optional[object] = None  # the consumer contract that held (``contracts.Applied``)
+    why: Optional[str] = None  # why this graph was chosen, when both exporters' graphs were timed
 
 
 def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
@@ -237,7 +238,7 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     """The used attempt's state and verification on the report; metadata and RASR on the graph."""
     name, record = used.attempt.exporter, used.attempt
     report.exporter = name
-    report.why = _why(request.exporter, name)
+    report.why = used.why or _why(request.exporter, name)
     report.warnings = record.warnings or {"baked": [], "other": []}
     report.repairs, report.nodes_before_cleanup = list(record.repairs), record.nodes_before_cleanup
     report.openvino = list(record.openvino)
