@@ -12,7 +12,6 @@ or the tuple ``(model, inputs, outputs)``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
@@ -24,6 +23,7 @@ import torch
 
 from onnx_compat.contracts.rasr import check_rasr
 from onnx_compat.diagnosis import diagnose
+from onnx_compat.factories import call_factory
 from onnx_compat.graph import describe
 from onnx_compat.huggingface import HFError, cli as hf_cli
 from onnx_compat.pipeline import export
@@ -39,17 +39,8 @@ class UsageError(Exception):
 
 
 def load_factory(spec: str):
-    module_name, _, func_name = spec.partition(":")
-    if not module_name or not func_name:
-        raise UsageError(f"expected MODULE:FACTORY, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
-    factory = getattr(module, func_name, None)
-    if not callable(factory):
-        raise UsageError(f"{module_name!r} has no callable {func_name!r}")
-    job = factory()
+    """``(model, inputs, outputs, examples)`` from a FACTORY returning a dict or a 3-tuple."""
+    job = call_factory(spec, UsageError)
     if isinstance(job, dict):
         missing = [k for k in ("model", "inputs", "outputs") if k not in job]
         if missing:
@@ -98,6 +89,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _RUNTIME_HELP = "verify in another runtime too: a venv's python, node:FOLDER with onnxruntime-node, or openvino"
+
+
+def export_parser() -> argparse.ArgumentParser:
+    """The ``export`` verb's parser alone (``python -m onnx_compat.huggingface.cli`` uses it)."""
+    sub = argparse.ArgumentParser(prog="onnx-compat").add_subparsers(dest="command", required=True)
+    _export_parser(sub)
+    return sub.choices["export"]
 
 
 def _export_parser(sub) -> None:

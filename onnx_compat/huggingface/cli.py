@@ -33,23 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="onnx-compat export", description=(
-        "Export a transformers checkpoint folder (hf:DIR) with lengths, verify it, write it and its runtime "
-        f"files. Covered model types: {', '.join(COVERED)}."))
-    p.add_argument("factory", metavar="hf:DIR", help="a transformers checkpoint folder, prefixed hf:")
-    p.add_argument("--out", required=True, help="the .onnx file to write")
-    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
-    p.add_argument("--json", help="also write the report as JSON here")
-    p.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
-    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
-    p.add_argument("--opset", type=int)
-    p.add_argument("--atol", type=float, default=1e-4)
-    p.add_argument("--rtol", type=float, default=1e-3)
-    p.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime check (not recommended)")
-    p.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
-    p.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
-    add_arguments(p)
-    return p
+    """The main command line's ``export`` verb (one definition of its options): ``hf:DIR`` and the rest."""
+    from onnx_compat.cli import export_parser  # the main CLI imports this module: import on use
+    parser = export_parser()
+    parser.description = ("Export a transformers checkpoint folder (hf:DIR) with lengths, verify it, write it and "
+                          f"its runtime files. Covered model types: {', '.join(COVERED)}.")
+    return parser
 
 
 def _pairs(items: Optional[List[str]], option: str, cast=str) -> dict:

@@ -11,7 +11,8 @@ and ``onnx_compat.models.lstm_encoder:streaming_job`` are examples).
 from __future__ import annotations
 
 import argparse
-import importlib
+
+from onnx_compat.factories import call_factory
 
 from .api import export_streaming
 
@@ -40,17 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def load_job(spec: str) -> dict:
-    module_name, _, func_name = spec.partition(":")
-    if not module_name or not func_name:
-        raise FactoryError(f"expected MODULE:FACTORY, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise FactoryError(f"cannot import {module_name!r}: {exc}") from exc
-    factory = getattr(module, func_name, None)
-    if not callable(factory):
-        raise FactoryError(f"{module_name!r} has no callable {func_name!r}")
-    job = factory()
+    job = call_factory(spec, FactoryError)
     if not isinstance(job, dict) or any(k not in job for k in REQUIRED):
         raise FactoryError(f"{spec} must return a dict with {list(REQUIRED)} (optional: {list(OPTIONAL)}), got "
                            + (f"keys {sorted(job)}" if isinstance(job, dict) else type(job).__name__))
