@@ -215,12 +215,12 @@ def _quiet():
 
 
 def code_version() -> str:
-    """The onnx_compat commit a step ran with ("+dirty" when its package has local changes): rows of
+    """The last commit of the onnx_compat package a step ran with ("+dirty" with local changes): rows of
     several runs are merged, and a row's patterns may only lean on steps measured with the same code."""
     import subprocess
     package = os.path.dirname(onnx_compat.__file__)
     try:
-        head = subprocess.run(["git", "-C", package, "rev-parse", "--short", "HEAD"], capture_output=True,
+        head = subprocess.run(["git", "-C", package, "log", "-1", "--format=%h", "--", "."], capture_output=True,
                               text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", package, "status", "--porcelain", "--", "."], capture_output=True,
                                text=True, check=True).stdout.strip()
