@@ -66,6 +66,11 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
 )
 
 
+# an attempt's own pattern this vague gives way to its patched twin's (which carries the library line)
+VAGUE = ("unclassified: ", "dynamo made a dynamic dim static", "other size frozen while tracing",
+         "wrong numbers at new sizes", "Python if on a tensor buffer")
+
+
 def pattern_of(error: str, where: str = "") -> str:
     text = f"{error} || {where}"
     for name, regex in PATTERNS:
@@ -118,7 +123,7 @@ def classify(result: dict) -> dict:
             # the pipeline's attempt is the patched export of the same exporter (then cleanup and checks)
             twin = "patched_ts" if step.endswith("torchscript") else "patched_dynamo"
             same = [named[s] for s, e, _ in failures if s == twin and _same_code(result, "auto", twin)]
-            pattern = same[0] if same else pattern
+            pattern = same[0] if same and pattern.startswith(VAGUE) else pattern
         found.setdefault(pattern, []).append(step)
     _blame_eager_check(result, found)
     result["pattern_steps"] = found
