@@ -62,13 +62,15 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
      r"Attempting to broadcast an axis by a dimension other than 1"),
     ("a size frozen with no TracerWarning, e.g. x.data.shape (TorchScript: a Reshape fails at new sizes)",
      r"running Reshape node"),
+    ("output of another shape than eager at a new size (silent: a size or loop count baked; not isolated)",
+     r"has shape \[[^]]*\] in ONNX but"),
     ("wrong numbers at new sizes, cause not isolated", r"max abs err"),
 )
 
 
 # an attempt's own pattern this vague gives way to its patched twin's (which carries the library line)
 VAGUE = ("unclassified: ", "dynamo made a dynamic dim static", "other size frozen while tracing",
-         "wrong numbers at new sizes", "Python if on a tensor buffer")
+         "wrong numbers at new sizes", "output of another shape", "Python if on a tensor buffer")
 
 
 def pattern_of(error: str, where: str = "") -> str:
