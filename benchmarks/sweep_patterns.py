@@ -14,6 +14,8 @@ from typing import Dict, List, Tuple
 PATTERNS: Tuple[Tuple[str, str], ...] = (
     ("harness: *args forward (dynamic_shapes structure)", r"mismatch between the structure of `inputs` and `dynamic_shapes`"),
     ("timeout: dynamo export past the step limit", r"^timeout after"),
+    ("Python loop sized by a dynamic dim, e.g. for k in range(x.shape[1]) (dynamo: onnx_compat refuses the unrolled loop)",
+     r"range\(\) takes the dynamic size"),
     ("reduction dims from torch.arange(...).tolist() (dynamo)", r"GuardOnDataDependentSymNode.*\|\|.*(dim=dims|\.tolist\(\))"),
     ("int() of a constant tensor made in forward (dynamo)", r"GuardOnDataDependentSymNode.*\|\|.*\bint\(\w+\["),
     ("F.fold with a dynamic output size (TorchScript)", r"translating col2im"),
@@ -56,10 +58,19 @@ PATTERNS: Tuple[Tuple[str, str], ...] = (
      r"baked at [^|]*self\.batch_size != x\.sha"),
     ("math.ceil / float arithmetic on a size baked (TorchScript)", r"baked at [^|]*(math\.ceil|ceil\()"),
     ("other size frozen while tracing, named by a TracerWarning (TorchScript)", r"baked at "),
+    ("ONNX Runtime cannot broadcast two sizes at a new shape (a size baked; not isolated)",
+     r"Attempting to broadcast an axis by a dimension other than 1"),
     ("a size frozen with no TracerWarning, e.g. x.data.shape (TorchScript: a Reshape fails at new sizes)",
      r"running Reshape node"),
+    ("output of another shape than eager at a new size (silent: a size or loop count baked; not isolated)",
+     r"has shape \[[^]]*\] in ONNX but"),
     ("wrong numbers at new sizes, cause not isolated", r"max abs err"),
 )
+
+
+# an attempt's own pattern this vague gives way to its patched twin's (which carries the library line)
+VAGUE = ("unclassified: ", "dynamo made a dynamic dim static", "other size frozen while tracing",
+         "wrong numbers at new sizes", "output of another shape", "Python if on a tensor buffer")
 
 
 def pattern_of(error: str, where: str = "") -> str:
@@ -113,13 +124,19 @@ def classify(result: dict) -> dict:
         if step.startswith("auto") and ":" in step:
             # the pipeline's attempt is the patched export of the same exporter (then cleanup and checks)
             twin = "patched_ts" if step.endswith("torchscript") else "patched_dynamo"
-            same = [named[s] for s, e, _ in failures if s == twin]
-            pattern = same[0] if same else pattern
+            same = [named[s] for s, e, _ in failures if s == twin and _same_code(result, "auto", twin)]
+            pattern = same[0] if same and pattern.startswith(VAGUE) else pattern
         found.setdefault(pattern, []).append(step)
     _blame_eager_check(result, found)
     result["pattern_steps"] = found
     result["patterns"] = [f"{p} ({', '.join(_short_steps(s))})" for p, s in found.items()]
     return result
+
+
+def _same_code(result: dict, step: str, other: str) -> bool:
+    """Both steps ran with the same onnx_compat (rows measured before ``code`` was recorded count as one run)."""
+    steps = result.get("steps", {})
+    return steps.get(step, {}).get("code") == steps.get(other, {}).get("code")
 
 
 EAGER_CHECK = "state left by export()'s eager check, e.g. a Python cache of a length (both)"
@@ -132,7 +149,8 @@ def _blame_eager_check(result: dict, found: Dict[str, List[str]]) -> None:
     auto = steps.get("auto", {})
     for exporter, plain in (("dynamo", "patched_dynamo"), ("torchscript", "patched_ts")):
         error = (auto.get("attempts") or {}).get(exporter, "")
-        if "max abs err" in error and steps.get(plain, {}).get("stage") == "ok":
+        verified = steps.get(plain, {}).get("stage") == "ok" and _same_code(result, "auto", plain)
+        if "max abs err" in error and verified:
             label = ("auto:" if auto["stage"] != "ok" else "auto-fallback:") + exporter
             for pattern, where in list(found.items()):
                 if label in where:

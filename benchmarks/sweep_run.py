@@ -214,6 +214,21 @@ def _quiet():
             logger.setLevel(level)
 
 
+def code_version() -> str:
+    """The last commit of the onnx_compat package a step ran with ("+dirty" with local changes): rows of
+    several runs are merged, and a row's patterns may only lean on steps measured with the same code."""
+    import subprocess
+    package = os.path.dirname(onnx_compat.__file__)
+    try:
+        head = subprocess.run(["git", "-C", package, "log", "-1", "--format=%h", "--", "."], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", package, "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def _save(path: str, result: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -229,6 +244,7 @@ def child(name: str, out: str, steps=STEPS) -> None:
     from sweep_models import ENTRIES
     torch.set_num_threads(1)
     entry = ENTRIES[name]
+    code = code_version()
     result = {"model": name, "library": entry.library, "kind": entry.kind, "steps": {}, "running": None}
     _save(out, result)
     for step in steps:
@@ -246,6 +262,7 @@ def child(name: str, out: str, steps=STEPS) -> None:
         with _quiet():
             outcome = run_step(job, step)
         outcome["seconds"] = round(time.perf_counter() - t0, 1)
+        outcome["code"] = code
         result["steps"][step] = outcome
         result["running"] = None
         _save(out, result)
