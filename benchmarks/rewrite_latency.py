@@ -42,11 +42,13 @@ REWRITE = {
 
 
 def _timing_args(name: str):
+    """The case's own inputs (its ``PatchCase``), at a size worth timing."""
     if name == "lstm_proj_size":
         return test_recurrent._inputs(4, 400, 0)
+    case = next(c for c in test_ops.CASES if c.name == name)
     if name == "length_regulator":
-        return test_ops._inputs(name, 2, 400, 0)
-    return test_ops._inputs(name, 4, 160 if name in test_ops.IMAGES else 400, 0)
+        return case.inputs(2, 400, 0)
+    return case.inputs(4, 160 if 2 in case.dynamic.get(0, {}) else 400, 0)  # images: height and width
 
 
 def _graphs(build, export, check, exporter) -> Dict[str, object]:

@@ -52,3 +52,9 @@ def vanilla_string_padding_failure(model, args, dynamic):
 
 # for tests that only make sense with torch's dynamo exporter
 needs_dynamo = pytest.mark.skipif(not HAS_DYNAMO, reason=versions.NO_DYNAMO)
+
+
+def vanilla_failure(check, expected):
+    """``onnx_compat.testing.assert_fails_as_recorded``: the unpatched export fails, and how."""
+    testing.assert_fails_as_recorded(check, expected)
+
