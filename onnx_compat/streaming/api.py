@@ -260,7 +260,7 @@ def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> Exceptio
 
 def _attempt(name: str, job: _Job, written: str) -> Report:
     """One exporter: the graph into a temporary folder beside ``written``, streamed, then renamed into place."""
-    from onnx_compat import export, inspect
+    from onnx_compat import describe, export
     d = job.declared
     with tempfile.TemporaryDirectory(prefix=".streaming-", dir=os.path.dirname(written)) as folder:
         tmp = os.path.join(folder, os.path.basename(written))
@@ -276,7 +276,7 @@ def _attempt(name: str, job: _Job, written: str) -> Report:
         if stamped:
             report.repairs.append("declared state sizes written into the graph's outputs: " + "; ".join(stamped))
             onnx.save(proto, tmp)
-            report.outputs = inspect(proto)["outputs"]
+            report.outputs = describe(proto)["outputs"]
         t1 = time.perf_counter()
         try:
             entries = verify_stream(proto.SerializeToString(), proto, job.step, d.inputs, d.outputs, d.layout, d.plan,
