@@ -109,6 +109,17 @@ def _vdot_in_spectral_norm(exporter):
     return "vdot" in inspect.getsource(parametrizations)
 
 
+class FloorDivision(nn.Module):
+    """Length arithmetic on integer tensors that goes negative (a sequence shorter than a receptive field):
+    ``//`` and ``torch.floor_divide`` floor in PyTorch, also for the reflected ``number // tensor``."""
+
+    def forward(self, x):
+        counts = (x > 0).sum(1)  # int64 [B, D], 0..T: about T/2, so below the shifts some of the time
+        half = x.shape[1] // 2
+        steps = (counts - half) // 3 + torch.floor_divide(counts - 5, 4) + 7 // (counts - half - 100)
+        return steps.to(x.dtype) * x.mean(1)
+
+
 def _no_rms_norm(exporter):
     return None if hasattr(nn, "RMSNorm") else f"torch {torch.__version__} has no nn.RMSNorm"
 
@@ -128,6 +139,8 @@ CASES = [
     _case("unfold", lambda: Pointwise("unfold"), {"torchscript": "input size not accessible"}),
     _case("cumsum_bool", lambda: Pointwise("cumsum_bool"), {"torchscript": "tensor(bool)"}),
     _case("diff", lambda: Pointwise("diff"), {"torchscript": "aten::diff"}),
+    # TorchScript's Div truncates negative quotients; dynamo's floor_divide translation takes no number first
+    _case("floor_divide", FloorDivision, {"torchscript": "mismatch", "dynamo": "aten_floor_divide"}),
     _case("rms_norm", lambda: Norms("rms_norm"), {"torchscript": "aten::rms_norm"}, skip=_no_rms_norm),
     _case("instance_norm", lambda: Norms("instance_norm"),
           {"torchscript": "instance_norm training for unknown batch size"}),

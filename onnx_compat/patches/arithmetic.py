@@ -103,6 +103,29 @@ def _diff(wrapped, instance, args, kwargs):
     return diff(b["input"], b["n"], b["dim"], b["prepend"], b["append"])
 
 
+def _integral(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return not (value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _floor_divide(wrapped, instance, args, kwargs):
+    """Integer ``a // b``: PyTorch floors, the TorchScript exporter's ``Div`` truncates; they differ on negative
+    quotients (a length formula ``(T - k) // s`` on a sequence shorter than the receptive field). ``torch.div``
+    with ``rounding_mode="floor"`` exports the floor."""
+    b = tensor_call(instance, args, kwargs, ("input", "other"))
+    if b is None or not (_integral(b["input"]) and _integral(b["other"])):
+        return wrapped(*args, **kwargs)
+    return torch.div(b["input"], b["other"], rounding_mode="floor")
+
+
+def _rfloor_divide(wrapped, instance, args, kwargs):
+    """``number // tensor``, the same rule."""
+    if len(args) != 1 or kwargs or not (_integral(instance) and _integral(args[0])):
+        return wrapped(*args, **kwargs)
+    return torch.div(torch.as_tensor(args[0], dtype=instance.dtype), instance, rounding_mode="floor")
+
+
 register(Patch(
     name="expm1",
     description="torch.expm1 / Tensor.expm1 export under TorchScript and keep their precision near 0 under "
@@ -137,3 +160,22 @@ register(Patch(
     wrapper=_diff,
     when="torchscript",
 ))
+
+register(Patch(
+    name="floor_divide_ints",
+    description="integer floor division (//, torch.floor_divide) floors under TorchScript, as PyTorch does: the "
+                "exporter's Div truncates negative quotients (a length formula on a short sequence)",
+    targets=("torch:floor_divide", "torch:Tensor.floor_divide", "torch:Tensor.__floordiv__"),
+    wrapper=_floor_divide,
+    when="torchscript",
+))
+
+register(Patch(
+    name="rfloor_divide_ints",
+    description="number // integer tensor floors under TorchScript and exports under dynamo (whose translation "
+                "of floor_divide takes no number first)",
+    targets=("torch:Tensor.__rfloordiv__",),
+    wrapper=_rfloor_divide,
+    when="export",
+))
+
