@@ -109,19 +109,27 @@ def _integral(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _integral_data(value) -> bool:
+    """An integer tensor of data (lengths, counts), not a traced 0-d size: size arithmetic is left as the
+    exporter writes it (a floor correction on every ``T // n`` would grow every graph for shapes that are
+    never negative)."""
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and _integral(value)
+
+
 def _floor_divide(wrapped, instance, args, kwargs):
     """Integer ``a // b``: PyTorch floors, the TorchScript exporter's ``Div`` truncates; they differ on negative
     quotients (a length formula ``(T - k) // s`` on a sequence shorter than the receptive field). ``torch.div``
     with ``rounding_mode="floor"`` exports the floor."""
     b = tensor_call(instance, args, kwargs, ("input", "other"))
-    if b is None or not (_integral(b["input"]) and _integral(b["other"])):
+    if b is None or not (_integral(b["input"]) and _integral(b["other"])) or \
+            not (_integral_data(b["input"]) or _integral_data(b["other"])):
         return wrapped(*args, **kwargs)
     return torch.div(b["input"], b["other"], rounding_mode="floor")
 
 
 def _rfloor_divide(wrapped, instance, args, kwargs):
     """``number // tensor``, the same rule."""
-    if len(args) != 1 or kwargs or not (_integral(instance) and _integral(args[0])):
+    if len(args) != 1 or kwargs or not (_integral_data(instance) and _integral(args[0])):
         return wrapped(*args, **kwargs)
     return torch.div(torch.as_tensor(args[0], dtype=instance.dtype), instance, rounding_mode="floor")
 
@@ -163,7 +171,7 @@ register(Patch(
 
 register(Patch(
     name="floor_divide_ints",
-    description="integer floor division (//, torch.floor_divide) floors under TorchScript, as PyTorch does: the "
+    description="integer floor division (//, torch.floor_divide) of data tensors floors under TorchScript, as PyTorch does: the "
                 "exporter's Div truncates negative quotients (a length formula on a short sequence)",
     targets=("torch:floor_divide", "torch:Tensor.floor_divide", "torch:Tensor.__floordiv__"),
     wrapper=_floor_divide,
