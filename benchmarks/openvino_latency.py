@@ -9,9 +9,8 @@ ONNX Runtime on the fixed graph. ``python benchmarks/openvino_latency.py``.
 from __future__ import annotations
 
 import os
-import statistics
+import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
@@ -22,18 +21,10 @@ from onnx_compat.models import blstm, conformer
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.runtimes.openvino import openvino_runtime
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import median_seconds  # noqa: E402
+
 RUNS = 20
-
-
-def median_seconds(fn, runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _ort(path):

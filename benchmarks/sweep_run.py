@@ -27,7 +27,8 @@ import torch
 
 import onnx_compat
 from onnx_compat import ExportError, VerificationError, verify
-from onnx_compat.spec import Dim, dim_sizes, make_inputs, size_name
+from onnx_compat.pipeline.dims import axes_of
+from onnx_compat.spec import Dim, dim_sizes, make_inputs
 
 STEPS = ("vanilla_ts", "vanilla_dynamo", "patched_ts", "patched_dynamo", "auto")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -39,17 +40,6 @@ _SKIP_PACKAGES = ("onnxscript", "onnx_ir", "onnxruntime")
 
 def _names(specs) -> List[str]:
     return [n for s in specs for n in s.onnx_names]
-
-
-def _axes(specs) -> Dict[str, Dict[int, Dim]]:
-    """Dynamic axes per ONNX name, lengths tensors included (their batch axis)."""
-    out: Dict[str, Dict[int, Dim]] = {}
-    for spec in specs:
-        axes = spec.dynamic_axes()
-        out[spec.name] = axes
-        for axis in spec.lengths:
-            out[size_name(spec.name, axis)] = {0: axes[0]} if 0 in axes else {}
-    return out
 
 
 def root_cause(exc: BaseException) -> str:
@@ -83,7 +73,7 @@ def library_frame(exc: BaseException) -> str:
 
 
 def _export_ts(model, args, inputs, outputs) -> onnx.ModelProto:
-    axes = {k: {a: d.name for a, d in v.items()} for k, v in _axes(list(inputs) + list(outputs)).items() if v}
+    axes = {k: {a: d.name for a, d in v.items()} for k, v in axes_of(list(inputs) + list(outputs)).items() if v}
     buf = io.BytesIO()
     torch.onnx.export(model, args, buf, dynamo=False, input_names=_names(inputs), output_names=_names(outputs),
                       dynamic_axes=axes)
@@ -98,7 +88,7 @@ def _export_dynamo(model, args, inputs, outputs) -> onnx.ModelProto:
         if d.name not in dims:
             dims[d.name] = torch.export.Dim(d.name, min=d.min, **({"max": d.max} if d.max else {}))
         return dims[d.name]
-    in_axes = _axes(inputs)
+    in_axes = axes_of(inputs)
     shapes = tuple({a: torch_dim(d) for a, d in in_axes[n].items()} or None for n in _names(inputs))
     program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=shapes, input_names=_names(inputs),
                                 output_names=_names(outputs))
@@ -107,7 +97,7 @@ def _export_dynamo(model, args, inputs, outputs) -> onnx.ModelProto:
 
 def _baked(proto: onnx.ModelProto, specs) -> Optional[str]:
     """The first dim the specs want dynamic that the graph has as a number."""
-    wanted = _axes(specs)
+    wanted = axes_of(specs)
     for value in list(proto.graph.input) + list(proto.graph.output):
         for axis, dim in wanted.get(value.name, {}).items():
             shape = value.type.tensor_type.shape.dim

@@ -32,7 +32,6 @@ from onnx_compat.spec import TensorSpec
 EXPORT_PARAMS = versions.EXPORT_PARAMS
 HAS_DYNAMO = versions.HAS_DYNAMO
 _TORCHSCRIPT = {"dynamo": False} if "dynamo" in EXPORT_PARAMS else {}  # torch.onnx.export's flag for it
-wanted_dynamic = dims.wanted_dynamic  # noqa: F401 - where callers have found it
 
 # TracerWarnings whose cause is a value frozen into the graph.
 _BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"

@@ -39,7 +39,6 @@ class ExportRequest:
     target: Optional[releases.Target] = None
     runtimes: list = field(default_factory=list)
     spill: bool = False  # the weights go to a data file beside the graph
-    weight_bytes: int = 0
     progress: Optional[Callable[[str], None]] = None  # told each stage as it starts (the CLI prints it)
     contract: Optional[str] = None  # a consumer contract's name (``contracts/``), checked before exporting
     vocabulary: Optional[Sequence[str]] = None  # the contract's tokens, blank included
@@ -78,7 +77,7 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     spill = external_data if external_data is not None else size >= weights.IN_MEMORY_LIMIT
     _check_deployment(subject, options, examples, bool(spill))
     return ExportRequest(subject, written, exporter, capture.strategies_for(exporter), target=deploy, opset=opset,
-                         runtimes=others, spill=bool(spill), weight_bytes=size, metadata=dict(metadata or {}),
+                         runtimes=others, spill=bool(spill), metadata=dict(metadata or {}),
                          **options)
 
 

@@ -23,7 +23,7 @@ from onnx_compat import graph
 from onnx_compat._version import __version__
 from onnx_compat.contracts.rasr import check_rasr
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
-from onnx_compat.pipeline import capture, releases
+from onnx_compat.pipeline import capture, dims, releases
 from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
@@ -171,7 +171,7 @@ def _verified(proto, request: ExportRequest, weights=None, serialized=None, **kw
 
 
 def check_dims(proto, specs: Sequence[TensorSpec], stage: str) -> None:
-    problems = graph.static_where_dynamic(proto, capture.wanted_dynamic(specs))
+    problems = graph.static_where_dynamic(proto, dims.wanted_dynamic(specs))
     if problems:
         raise ExportError(stage + "; ".join(problems), stage="cleanup" if stage else "dims")
 

@@ -45,7 +45,6 @@ class Subject:
     args: Tuple[torch.Tensor, ...]
     seed: int = 0
     sizes: Optional[Mapping[str, int]] = None
-    outputs_checked: bool = field(default=False, repr=False)
     notes: List[str] = field(default_factory=list)  # what was inferred about the inputs (integer ranges)
 
     @classmethod
@@ -61,7 +60,7 @@ class Subject:
         pairs = forward_arguments(model, inputs)
         checked = check_examples(inputs, examples)
         example, args = example_inputs(inputs, checked, sizes, seed)
-        inputs, notes = _with_int_ranges(model, inputs, args)
+        inputs, notes = _with_int_ranges(model, inputs, pairs, args)
         if notes:  # the generated inputs are drawn again, in the ranges found
             example, args = example_inputs(inputs, checked, sizes, seed)
         return cls(model, inputs, outputs, pairs, checked, dict(example), tuple(args), seed, sizes, notes=notes)
@@ -76,7 +75,6 @@ class Subject:
         with torch.no_grad():
             returned = flatten(self.adapter()(*self.args))
         self.outputs = check_outputs(returned, self.outputs, self.example)
-        self.outputs_checked = True
 
     @property
     def specs(self) -> List[TensorSpec]:
@@ -90,7 +88,7 @@ def subject_of(model, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec
     return Subject.build(model, inputs, outputs, **options)
 
 
-def _with_int_ranges(model, inputs: List[TensorSpec], args) -> Tuple[List[TensorSpec], List[str]]:
+def _with_int_ranges(model, inputs: List[TensorSpec], pairs, args) -> Tuple[List[TensorSpec], List[str]]:
     """Integer inputs without ``values=`` get the range of the table they index (``int_ranges``), so that
     generated inputs do not fail in ``F.embedding`` with an error that names neither input nor fix. When no
     range can be read off, the input keeps the default draws if the model runs on them; otherwise the
@@ -103,7 +101,7 @@ def _with_int_ranges(model, inputs: List[TensorSpec], args) -> Tuple[List[Tensor
             found = infer_int_ranges(model, inputs, args)
         except IntRangeError as exc:
             try:
-                flatten(IOAdapter(model, forward_arguments(model, inputs), [])(*args))
+                flatten(IOAdapter(model, pairs, [])(*args))
             except Exception as failed:  # noqa: BLE001 - the default draws fail: the unknown range is why
                 raise exc from failed
             return inputs, [f"{exc} (the default draws run, so they were kept)"]

@@ -18,7 +18,7 @@ import torch
 
 from onnx_compat import graph
 from onnx_compat.model_state import preserved
-from onnx_compat.pipeline import capture
+from onnx_compat.pipeline import capture, dims
 from onnx_compat.pipeline.subject import Subject
 from onnx_compat.pipeline.verification import VerificationError, verify
 from onnx_compat.spec import TensorSpec
@@ -83,7 +83,7 @@ def vanilla_export(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs
     if isinstance(proto, Exception):
         return Outcome("export", _short(capture.error_line(proto)))
     nodes = len(proto.graph.node)
-    baked = graph.static_where_dynamic(proto, capture.wanted_dynamic(list(inputs) + list(outputs)))
+    baked = graph.static_where_dynamic(proto, dims.wanted_dynamic(list(inputs) + list(outputs)))
     if baked:
         return Outcome("dims", _short(baked[0]), nodes)
     try:
