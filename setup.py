@@ -17,7 +17,7 @@ setup(
         "wrapt",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer",
+        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer", "einops", "einx",
                  "sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
         "consumers": ["sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
     },

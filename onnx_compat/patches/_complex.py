@@ -271,6 +271,53 @@ for _n in ("__getitem__", "transpose", "permute", "unsqueeze", "squeeze", "resha
     op(_n)(_both(_n))
 
 
+def _like(fill):
+    """A pair of zeros (or ones + 0j); a real dtype asked for gives that real tensor, as torch does."""
+    def apply(z, *args, **kwargs):
+        dtype = kwargs.get("dtype", next((a for a in args if isinstance(a, torch.dtype)), None))
+        if dtype is not None and dtype not in _REAL:
+            return fill(z.real, *args, **kwargs)
+        args = tuple(_REAL.get(a, a) if isinstance(a, torch.dtype) else a for a in args)
+        kwargs = {k: (_REAL.get(v, v) if k == "dtype" else v) for k, v in kwargs.items()}
+        return ComplexPair(fill(z.real, *args, **kwargs), torch.zeros_like(z.imag, *args, **kwargs))
+    return apply
+
+
+op("zeros_like")(_like(torch.zeros_like))
+op("ones_like")(_like(torch.ones_like))
+
+
+def _linear_into(name: str):
+    """``z.<name>(dim, index, src)`` (scatter_add, index_add and their in-place forms): linear in ``z`` and
+    ``src``, so each part takes the matching part of ``src`` (0 for a real one)."""
+    def apply(z, dim, index, src, *args, **kwargs):
+        src_re, src_im = _parts(src)
+        src_im = src_re * 0 if src_im is None else src_im
+        re = getattr(z.real, name)(dim, index, src_re, *args, **kwargs)
+        im = getattr(z.imag, name)(dim, index, src_im, *args, **kwargs)
+        return z if name.endswith("_") else ComplexPair(re, im)
+    return apply
+
+
+def _fill(name: str):
+    """``index_fill``/``masked_fill`` with a number: the real part takes its real part, the imaginary its imaginary."""
+    def apply(z, dim_or_mask, *rest):
+        *head, value = rest
+        re, im = _parts(value)
+        if isinstance(re, torch.Tensor) or isinstance(im, torch.Tensor):
+            raise unsupported(f"Tensor.{name} of a complex tensor", "only a number as the value")
+        out_re = getattr(z.real, name)(dim_or_mask, *head, re)
+        out_im = getattr(z.imag, name)(dim_or_mask, *head, 0.0 if im is None else im)
+        return z if name.endswith("_") else ComplexPair(out_re, out_im)
+    return apply
+
+
+for _n in ("scatter_add", "scatter_add_", "index_add", "index_add_"):
+    op(_n)(_linear_into(_n))
+for _n in ("index_fill", "index_fill_", "masked_fill", "masked_fill_"):
+    op(_n)(_fill(_n))
+
+
 def _split(name: str):
     def apply(z, *args, **kwargs):
         re, im = getattr(z.real, name)(*args, **kwargs), getattr(z.imag, name)(*args, **kwargs)
