@@ -71,6 +71,8 @@ CASES = {
     "scripted_int_argument": (lambda: Scripted("pad_to"), _channels(4), {0: {0: "b", 2: "t"}},
                               ("torchscript",), {"torchscript": "mismatch"}),
     "scripted_activation": (lambda: Scripted("snake"), _channels(4), {0: {0: "b", 2: "t"}}, ("torchscript",), {}),
+    "scripted_complex_argument": (lambda: Scripted("complex_argument"), _channels(4), {0: {0: "b", 2: "t"}},
+                                  ("torchscript",), {"torchscript": "aten::fft_rfft"}),
     "script_if_tracing_norm": (lambda: Scripted("z_norm"), _channels(4), {0: {0: "b", 2: "t"}},
                                ("torchscript",), {}),
     "eye_bool_mask": (EyeMask, _btd, {0: {0: "b", 1: "t"}}, ("torchscript",), {"torchscript": "EyeLike"}),

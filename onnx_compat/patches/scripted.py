@@ -16,11 +16,15 @@ While exporting, a scripted function runs its Python source instead (kept by
 scripts that same Python function first). Under the TorchScript exporter a
 function with a loop or a use of a tensor's value as a Python number stays
 scripted: traced as Python the trip count or the branch would be baked
-(silently), scripted they are written as ONNX ``Loop``/``If``.
+(silently), scripted they are written as ONNX ``Loop``/``If``, unless an
+argument is a complex value of the spectral patches (a real/imaginary pair,
+which TorchScript cannot take): then the Python runs, and verification at
+new sizes judges what tracing it recorded.
 """
 from __future__ import annotations
 
 from onnx_compat.patches.registry import Patch, register
+from ._complex import ComplexPair
 from ._deps import torchscript_exporting
 
 
@@ -44,11 +48,15 @@ def _python_source(function):
     return original if callable(original) else None
 
 
+def _has_pair(args, kwargs) -> bool:
+    return any(isinstance(a, ComplexPair) for a in (*args, *kwargs.values()))
+
+
 def _call(wrapped, instance, args, kwargs):
     original = _python_source(instance)
     if original is None:
         return wrapped(*args, **kwargs)
-    if torchscript_exporting() and _tracing_bakes(instance.graph):
+    if torchscript_exporting() and _tracing_bakes(instance.graph) and not _has_pair(args, kwargs):
         return wrapped(*args, **kwargs)
     return original(*args, **kwargs)
 
