@@ -55,7 +55,10 @@ def _line_of(cls, text):
 @pytest.mark.parametrize("name", list(CASES))
 def test_auto_keeps_python_size_arithmetic_dynamic(name, tmp_path):
     report = onnx_compat.export(CASES[name][0](), str(tmp_path / "m.onnx"), *_specs(name), exporter="auto")
-    assert report.exporter == "dynamo" and all(c["ok"] for c in report.verification)
+    # TorchScript first: math.ceil stays in its graph (size_rounding); int(lengths.max()) is frozen there, so
+    # that one falls back to dynamo
+    expected = {"ceil_frames": "torchscript", "max_length_mask": "dynamo"}[name]
+    assert report.exporter == expected and all(c["ok"] for c in report.verification), report.summary()
     assert {c["sizes"]["time"] for c in report.verification} >= {23}
 
 

@@ -36,8 +36,8 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     """Export ``model`` to ``path`` and prove it; return the ``Report``.
 
     ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
-    "dynamo", "torchscript" or "auto" (dynamo first, TorchScript when dynamo
-    fails to export or to verify). ``sizes`` overrides the example size of
+    "dynamo", "torchscript" or "auto" (TorchScript first, the cheaper
+    export; dynamo when TorchScript fails to export or to verify). ``sizes`` overrides the example size of
     named dims. ``strict``: baked-constant TracerWarnings and degenerate
     outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
     requires RASR's rules to hold. ``patches``: options for ``patched()``.

@@ -286,9 +286,12 @@ def _contracted(request: ExportRequest, report: Report, proto: onnx.ModelProto):
 def _why(choice: str, name: str) -> str:
     if choice != "auto":
         return "requested"
-    if name == "dynamo":
-        return "dynamo exported and verified"
-    return "fallback: dynamo did not export or verify" if capture.HAS_DYNAMO else "the only exporter" + only_torchscript()
+    order = [s.name for s in capture.strategies_for("auto")]
+    if len(order) == 1:
+        return "the only exporter" + only_torchscript()
+    if name == order[0]:
+        return f"{name} exported and verified"
+    return f"fallback: {', '.join(order[:order.index(name)])} did not export or verify"
 
 
 def only_torchscript() -> str:

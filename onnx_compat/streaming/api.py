@@ -185,7 +185,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     with preserved(step_module):
         job = _prepare(step_module, step_name(step), d, init_states, none_first, full_forward, batches, metadata,
                        opset, seed, atol, rtol, max_drift)
-        order = (["dynamo", "torchscript"] if HAS_DYNAMO else ["torchscript"]) if exporter == "auto" else [exporter]
+        order = (["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]) if exporter == "auto" else [exporter]
         attempts: List[Attempt] = []
         failures: List[Exception] = []
         for name in order:
@@ -200,7 +200,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
                 continue
             report.attempts = attempts + report.attempts
             report.why = "requested" if exporter != "auto" else \
-                "dynamo exported and streamed" if name == "dynamo" else "fallback: dynamo did not export or stream"
+                f"{name} exported and streamed" if name == order[0] else f"fallback: {order[0]} did not export or stream"
             if job.in_place:
                 report.repairs.append(f"states updated in place by the step, given copies: {job.in_place}")
             report.timings["total"] = time.perf_counter() - t_start
