@@ -47,6 +47,25 @@ class StaticDim:
         return f"'{self.input}' dim {self.axis}{label} was requested dynamic but is {self.size} in the traced model"
 
 
+@dataclass
+class NarrowedDim:
+    """A dim declared dynamic that the traced model is valid for only up to ``high`` (dynamo turned a guard on
+    a size into a bound: ``int(math.ceil(T / hop))``, ``max(1, n)`` of sizes made Python numbers)."""
+
+    input: str
+    axis: int
+    dim: Optional[str]
+    high: int
+    wanted: Optional[int]  # the declared maximum; None: any size
+
+    def __str__(self) -> str:
+        label = f" ('{self.dim}')" if self.dim else ""
+        asked = f"up to {self.wanted}" if self.wanted else "at any size"
+        return (f"'{self.input}' dim {self.axis}{label} was requested dynamic {asked} but the traced model holds "
+                f"only up to {self.high}: Python code made a size a number (int(), math.ceil, max/min of sizes) "
+                "and dynamo kept the example's value in the graph")
+
+
 class DimSpecialized(OnnxCompatError, RuntimeError):
     """torch.export found that the model makes a dim asked to be dynamic a constant."""
 

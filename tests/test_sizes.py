@@ -98,3 +98,48 @@ def test_a_python_loop_over_segments_is_refused_by_both_exporters(tmp_path):
     if "dynamo" in EXPORTERS:  # dynamo_loops names the loop's own line
         assert "dynamo:" in message and f"test_sizes.py:{_line_of(SegmentLoop, '# the loop')}" in message, message
     assert not (tmp_path / "m.onnx").exists()
+
+
+class IntCeilFrames(nn.Module):
+    """``int(math.ceil(T / 4))`` (HDemucs, Demucs' valid length): ``int()`` of a size is a Python number under
+    both exporters; dynamo's dynamic hints turn its guard into an upper bound on T instead of an error."""
+
+    def forward(self, data, lengths):
+        frames = int(math.ceil(data.shape[1] / 4))
+        x = data.new_zeros(data.shape[0], frames * 4, data.shape[2])
+        x[:, :data.shape[1]] = data  # dynamo: T <= 4 * frames of the example, a bound on T
+        return x.reshape(x.shape[0], frames, 4 * x.shape[2]), (lengths + 3) // 4
+
+
+@needs_dynamo
+def test_a_bound_dynamo_puts_at_the_example_is_found_and_named():
+    """With dynamic hints, torch.export turns the guard on ``int(math.ceil(T / 4))`` into ``T <= 40`` (the
+    example is 37) and exports a graph that holds 10 frames: the capture reads the bound back and refuses
+    (``DimSpecialized`` with a ``NarrowedDim``) instead of exporting a graph wrong at other lengths."""
+    from onnx_compat.errors import NarrowedDim
+    from onnx_compat.pipeline import dims
+    inputs, _ = _specs("ceil_frames")
+    args = (torch.randn(2, 37, 3), torch.tensor([37, 20]))
+    hint = torch.export.Dim.DYNAMIC
+    program = torch.export.export(IntCeilFrames(), args, dynamic_shapes=({0: hint, 1: hint}, {0: hint}), strict=False)
+    found = dims.narrowed_dims(program, ["data", "data:size1"], dims.axes_of(inputs), args)
+    assert found == [NarrowedDim("data", 1, "time", 40, None)], found
+    assert "requested dynamic at any size but the traced model holds only up to 40" in str(found[0])
+
+
+def test_a_bound_far_from_the_example_is_the_models_own(tmp_path):
+    """A position table caps T at 64 (the example is 17): a real limit of the model, not a baked size."""
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(64, 3))
+
+        def forward(self, data):
+            return data + self.table[:data.shape[1]]
+
+    inputs = [TensorSpec("data", [Dim("batch"), Dim("time", max=64), 3])]
+    for exporter in EXPORTERS:
+        report = onnx_compat.export(Positions(), str(tmp_path / f"{exporter}.onnx"), inputs,
+                                    [TensorSpec("output", [Dim("batch"), Dim("time"), 3])], exporter=exporter,
+                                    sizes={"time": 17})
+        assert all(c["ok"] for c in report.verification), report.summary()

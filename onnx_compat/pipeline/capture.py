@@ -154,6 +154,11 @@ class Dynamo:
             raise
         finally:
             captured.capture = _strategies(progress.getvalue())
+        exported = getattr(program, "exported_program", None)
+        narrowed = [] if exported is None or request.let_dims_specialize else \
+            dims.narrowed_dims(exported, names, dims.axes_of(request.inputs), request.args)
+        if narrowed:
+            raise DimSpecialized(narrowed)
         if request.weights is None:
             proto = program.model_proto
         else:  # never the whole proto in memory: written with its weights beside it, read back without them

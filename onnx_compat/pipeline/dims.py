@@ -11,9 +11,10 @@ import re
 from typing import Dict, List, Sequence
 
 import onnx
+import sympy
 import torch
 
-from onnx_compat.errors import StaticDim
+from onnx_compat.errors import NarrowedDim, StaticDim
 from onnx_compat.spec import Dim, TensorSpec, size_name
 
 
@@ -85,6 +86,42 @@ def static_dims(exc: BaseException, names: Sequence[str], axes: Dict[str, Dict[i
         if item not in found:
             found.append(item)
     return found
+
+
+def narrowed_dims(program, names: Sequence[str], axes: Dict[str, Dict[int, Dim]],
+                  examples: Sequence[torch.Tensor]) -> List[NarrowedDim]:
+    """The dims torch.export bounded near the example's size. With dynamic hints, a guard such as
+    ``Eq(CeilToInt(T/16), 250)`` does not fail the export: it becomes an upper bound on ``T`` in the
+    program's ``range_constraints`` and the graph holds the example's value, silently wrong at other
+    lengths. Only a bound under twice the example's size counts: a model's own limit (a position table of
+    512) lies elsewhere, and a raised lower bound (a minimum length for the convolutions) is real."""
+    ranges = getattr(program, "range_constraints", {}) or {}
+    users = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in _user_inputs(program)]
+    found: List[NarrowedDim] = []
+    for name, node, example in zip(names, users, examples):
+        shape = getattr(node.meta.get("val"), "shape", ())
+        for axis, dim in axes.get(name, {}).items():
+            high = _upper(shape[axis], ranges) if axis < len(shape) else None
+            if high is not None and (dim.max is None or high < dim.max) and high < 2 * example.shape[axis]:
+                found.append(NarrowedDim(name, axis, dim.name, high, dim.max))
+    return found
+
+
+def _user_inputs(program) -> set:
+    return set(program.graph_signature.user_inputs)
+
+
+def _upper(size, ranges) -> "int | None":
+    """The largest value ``size`` (a SymInt of one symbol) may take, or None when unbounded or static."""
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    if expr is None or len(expr.free_symbols) != 1:
+        return None
+    symbol = next(iter(expr.free_symbols))
+    bound = ranges.get(symbol)
+    upper = getattr(bound, "upper", None)
+    if not isinstance(upper, sympy.Integer):  # torch's int_oo is no Integer (and calls itself finite)
+        return None
+    return int(expr.subs(symbol, upper))
 
 
 def name_dims(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
