@@ -6,7 +6,9 @@
 (optimum does not run with transformers 5; its venv has the transformers 4
 it accepts, and torch 2.13.0). The checkpoints are random-init tiny models
 built by that interpreter (so both transformers releases read them). Each
-tool runs as its own command, timed as a user waits for it (start to end).
+tool runs as its own command, timed as a user waits for it (start to end),
+``--rounds`` times in alternating order; the table has the medians and our
+ratio to optimum's.
 Then both models get the same padded batch at a batch size and lengths
 neither export saw, made by the checkpoint's own feature extractor, and are
 compared with transformers' eager model given the attention mask where its
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -125,27 +128,40 @@ def measure(path: str, batch, expected, frames) -> dict:
             "mask": any(n in ("attention_mask", "data:size1") for n in names), "frames_dim": frames_dim}
 
 
-def run_one(name, spec, work, optimum_python, exporter) -> list:
+def run_one(name, spec, work, optimum_python, exporter, rounds=3) -> list:
+    """Each tool ``rounds`` times, in alternating order (ours first in even rounds), the median wall time;
+    a burst of load on the shared machine then falls on both alike."""
     model_type, task, opt_task, opt_file, ref_cls, attr = spec
     folder = os.path.join(work, name.replace(" ", "_"))
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     subprocess.run([optimum_python, "-c", _BUILD, json.dumps(checkpoint_spec(model_type, task)), folder], env=env,
                    check=True, capture_output=True)
     batch, expected, frames = reference(folder, ref_cls, attr, task == "speech-encoder")
-    rows = []
     ours = os.path.join(folder + "_ours", "model.onnx")
     os.makedirs(os.path.dirname(ours))
-    seconds = timed([sys.executable, "-m", "onnx_compat.huggingface.cli", f"hf:{folder}", "--task", task, "--out",
-                     ours, "--exporter", exporter], env)
-    rows.append(("onnx-compat", seconds, measure(ours, batch, expected, frames)))
     cli = os.path.join(os.path.dirname(optimum_python), "optimum-cli")
-    for label, extra in optimum_attempts(folder, task):
-        opt_dir = folder + f"_optimum{len(rows)}"
-        try:
-            seconds = timed([cli, "export", "onnx", "--model", folder, "--task", opt_task, *extra, opt_dir], env)
-            rows.append((label, seconds, measure(os.path.join(opt_dir, opt_file), batch, expected, frames)))
-        except RuntimeError as exc:
-            rows.append((label, float("nan"), {"error": str(exc).split("failed: ")[-1]}))
+    tools = [("onnx-compat", [sys.executable, "-m", "onnx_compat.huggingface.cli", f"hf:{folder}", "--task", task,
+                              "--out", ours, "--exporter", exporter], ours)]
+    for k, (label, extra) in enumerate(optimum_attempts(folder, task)):
+        opt_dir = folder + f"_optimum{k}"
+        tools.append((label, [cli, "export", "onnx", "--model", folder, "--task", opt_task, *extra, opt_dir],
+                      os.path.join(opt_dir, opt_file)))
+    seconds = {label: [] for label, _, _ in tools}
+    failed = {}
+    for r in range(rounds):
+        for label, command, _ in (tools if r % 2 == 0 else tools[::-1]):
+            if label in failed:
+                continue
+            try:
+                seconds[label].append(timed(command, env))
+            except RuntimeError as exc:
+                failed[label] = str(exc).split("failed: ")[-1]
+    rows = []
+    for label, _, path in tools:
+        if label in failed:
+            rows.append((label, float("nan"), {"error": failed[label]}))
+        else:
+            rows.append((label, statistics.median(seconds[label]), measure(path, batch, expected, frames)))
     return rows
 
 
@@ -159,16 +175,18 @@ def optimum_attempts(folder: str, task: str):
 
 
 def table(results) -> str:
-    lines = ["| model | tool | export s | nodes | max abs err, padded B=3 at new lengths | lengths out "
-             "| mask/lengths in | output frames dim |", "|---|---|---:|---:|---:|---|---|---|"]
+    lines = ["| model | tool | export s (median) | ours / optimum | nodes | max abs err, padded B=3 at new lengths "
+             "| lengths out | mask/lengths in | output frames dim |", "|---|---|---:|---:|---:|---:|---|---|---|"]
     for name, rows in results:
+        peer = [s for tool, s, m in rows if tool != "onnx-compat" and "error" not in m]
         for tool, seconds, m in rows:
             if "error" in m:
-                lines.append(f"| {name} | {tool} | - | - | fails: {m['error']} | | | |")
+                lines.append(f"| {name} | {tool} | - | | - | fails: {m['error']} | | | |")
                 continue
+            ratio = f"**{seconds / min(peer):.2f}x**" if tool == "onnx-compat" and peer else ""
             yes = {True: "yes", False: "no", None: "- (no frames)"}
-            lines.append(f"| {name} | {tool} | {seconds:.1f} | {m['nodes']} | {m['err']:.2e} | {yes[m['lengths']]} | "
-                         f"{yes[m['mask']]} | {m['frames_dim']} |")
+            lines.append(f"| {name} | {tool} | {seconds:.1f} | {ratio} | {m['nodes']} | {m['err']:.2e} | "
+                         f"{yes[m['lengths']]} | {yes[m['mask']]} | {m['frames_dim']} |")
     return "\n".join(lines)
 
 
@@ -177,10 +195,12 @@ def main(argv=None) -> int:
     p.add_argument("--optimum-python", required=True, help="python of a venv with optimum-onnx (transformers 4)")
     p.add_argument("--exporter", default="auto", help="ours: auto (the default), dynamo or torchscript")
     p.add_argument("--models", nargs="*", default=list(MODELS))
+    p.add_argument("--rounds", type=int, default=3, help="runs of each tool, alternating which goes first")
     add_write_option(p, "hf-vs-optimum", "docs/huggingface.md")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hf_vs_optimum_") as work:
-        results = [(name, run_one(name, MODELS[name], work, args.optimum_python, args.exporter))
+        results = [(name, run_one(name, MODELS[name], work, args.optimum_python, args.exporter,
+                                   args.rounds))
                    for name in args.models]
     text = table(results)
     print(text)

@@ -13,7 +13,7 @@ from onnx_compat import Dim, TensorSpec
 from onnx_compat.int_ranges import IntRangeError, infer_int_ranges
 from onnx_compat.patches.checks import check_outcome
 
-from helpers import EXPORTERS, export, run, vanilla_failure
+from helpers import EXPORTERS, PatternCases, export, run, vanilla_failure
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
                             FramesFromStride, GlobalNorm, PadToStrideProduct, Scripted, SizeMath,
                             SqueezeAll, StridedFrames, TracedNFFT, ValueBranch, ValueChecks, _assert_form,
@@ -90,30 +90,8 @@ CASES = {
 SIZES = [(1, 23), (3, 50), (2, 9)]
 
 
-def _build(name):
-    torch.manual_seed(sum(map(ord, name)))
-    return CASES[name][0]().eval()
-
-
-def _inputs(name, B, T, seed):
-    return CASES[name][1](B, T, torch.Generator().manual_seed(seed))
-
-
-def _export(model, name, exporter):
-    with torch.no_grad():
-        return export(model, _inputs(name, 2, 37, 0), exporter, CASES[name][2])
-
-
-def _check(proto, model, name):
-    for seed, (B, T) in enumerate(SIZES, start=1):
-        args = _inputs(name, B, T, seed)
-        with torch.no_grad():
-            expected = model(*args).numpy()
-        got = run(proto, *[a.numpy() for a in args])[0]
-        where = f"{name} at B={B}, T={T}"
-        assert got.shape == expected.shape, f"{where}: shape {got.shape}, eager {expected.shape}"
-        assert np.std(expected) > 1e-3, f"{where}: degenerate reference output"
-        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3, err_msg=where)
+HARNESS = PatternCases(CASES, SIZES)
+_build = HARNESS.build
 
 
 PATCHED = [(n, e) for n, case in CASES.items() for e in case[3]]
@@ -122,32 +100,18 @@ VANILLA = [(n, e) for n, case in CASES.items() for e in case[4] if e in case[3]]
 
 @pytest.mark.parametrize("name,exporter", PATCHED)
 def test_patched_export_matches_eager(name, exporter):
-    if exporter not in EXPORTERS:
-        pytest.skip("the dynamo exporter is used from torch 2.13 on")
-    model = _build(name)
-    with onnx_compat.patched():
-        proto = _export(model, name, exporter)
-    _check(proto, model, name)
+    HARNESS.patched_matches_eager(name, exporter)
 
 
 @pytest.mark.parametrize("name,exporter", VANILLA)
 def test_vanilla_export_fails_as_recorded(name, exporter):
     """Recorded on torch 2.13 (the release the patches were measured on)."""
-    if exporter not in EXPORTERS or not torch.__version__.startswith("2.13"):
-        pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
-    model = _build(name)
-    vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), CASES[name][4][exporter])
+    HARNESS.fails_as_recorded(name, exporter)
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n != "as_strided_frames"])
 def test_eager_is_untouched_inside_patched(name):
-    model = _build(name)
-    args = _inputs(name, 3, 20, 5)
-    with torch.no_grad():
-        expected = model(*args)
-        with onnx_compat.patched():
-            got = model(*args)
-    assert torch.equal(got, expected)
+    HARNESS.eager_untouched(name)
 
 
 # --- value checks: which branch is the check ------------------------------------------------------

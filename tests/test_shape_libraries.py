@@ -4,9 +4,6 @@ forms (relative positions, masks from lengths, output groups, ellipses; a band m
 istft, a mask averaged with scatter_add), exported under ``patched()`` and compared with the unpatched
 eager model at new batch and length sizes (B=1 too); the vanilla failure is asserted where torch 2.13
 has it."""
-import contextlib
-
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -14,7 +11,7 @@ import torch.nn as nn
 import onnx_compat
 from onnx_compat.patches.shape_libraries import elementwise, _OPS
 
-from helpers import EXPORTERS, export, run, vanilla_failure
+from helpers import EXPORTERS, PatternCases, vanilla_failure
 
 einx = pytest.importorskip("einx")
 einops = pytest.importorskip("einops")
@@ -129,67 +126,28 @@ CASES = {
 SIZES = [(1, 23), (3, 50), (2, 9)]
 
 
-def _build(name):
-    torch.manual_seed(sum(map(ord, name)))
-    return CASES[name][0]().eval()
+HARNESS = PatternCases(CASES, SIZES)
 
 
-def _inputs(name, B, T, seed):
-    return CASES[name][1](B, T, torch.Generator().manual_seed(seed))
-
-
-def _export(model, name, exporter):
-    with torch.no_grad():
-        return export(model, _inputs(name, 2, 37, 0), exporter, CASES[name][2])
-
-
-def _check(proto, model, name):
-    for seed, (B, T) in enumerate(SIZES, start=1):
-        args = _inputs(name, B, T, seed)
-        with torch.no_grad():
-            expected = model(*args).numpy()
-        got = run(proto, *[a.numpy() for a in args])[0]
-        where = f"{name} at B={B}, T={T}"
-        assert got.shape == expected.shape, f"{where}: shape {got.shape}, eager {expected.shape}"
-        assert np.std(expected) > 1e-3, f"{where}: degenerate reference output"
-        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3, err_msg=where)
-
-
-_vanilla = contextlib.nullcontext
 PATCHED = [(n, e) for n, case in CASES.items() for e in case[3]]
 VANILLA = [(n, e) for n, case in CASES.items() for e in case[4]]
 
 
 @pytest.mark.parametrize("name,exporter", PATCHED)
 def test_patched_export_matches_eager(name, exporter):
-    if exporter not in EXPORTERS:
-        pytest.skip("the dynamo exporter is used from torch 2.13 on")
-    model = _build(name)
-    with onnx_compat.patched():
-        proto = _export(model, name, exporter)
-    _check(proto, model, name)
+    HARNESS.patched_matches_eager(name, exporter)
 
 
 @pytest.mark.parametrize("name,exporter", VANILLA)
 def test_without_the_patch_export_fails_as_recorded(name, exporter):
     """Recorded on torch 2.13 with einx 0.4.3 and einops 0.8.2."""
-    if not torch.__version__.startswith("2.13"):
-        pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
-    model = _build(name)
-    without = ["einops_complex"] if name.startswith("einops") else None
-    with onnx_compat.patched(exclude=without) if without else _vanilla():
-        vanilla_failure(lambda: _check(_export(model, name, exporter), model, name), CASES[name][4][exporter])
+    without = onnx_compat.patched(exclude=["einops_complex"]) if name.startswith("einops") else None
+    HARNESS.fails_as_recorded(name, exporter, without)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_eager_is_untouched_inside_patched(name):
-    model = _build(name)
-    args = _inputs(name, 3, 20, 5)
-    with torch.no_grad():
-        expected = model(*args)
-        with onnx_compat.patched():
-            got = model(*args)
-    assert torch.equal(got, expected)
+    HARNESS.eager_untouched(name)
 
 
 # --- the einx forms one by one, against einx itself ---------------------------------------------
