@@ -86,15 +86,15 @@ def test_the_module_at_fault_is_named_exactly(fault, exporter, patches, tmp_path
 
 
 def test_each_failed_attempt_has_its_culprit_in_the_report(tmp_path):
-    """auto: dynamo fails on the guard, TorchScript exports (and bakes it); the report keeps the culprit."""
+    """auto: TorchScript fails on the op, dynamo exports it; the report keeps the failed attempt's culprit."""
     if "dynamo" not in EXPORTERS:
         pytest.skip(versions.NO_DYNAMO)
-    model, inputs, outputs = _job("guard")
+    model, inputs, outputs = _job("op")
     report = onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter="auto", verify=False)
     failed = [a for a in report.attempts if not a.ok]
-    assert [a.exporter for a in failed] == ["dynamo"]
-    # value_checks names the branch on a tensor value itself (torch's own words: GuardOnDataDependentSymNode)
-    assert failed[0].culprit.startswith("culprit encoder.1.inner.1 (Leaf): DataDependentBranch"), failed[0].culprit
+    assert [a.exporter for a in failed] == ["torchscript"] and report.exporter == "dynamo"
+    assert failed[0].culprit.startswith("culprit encoder.1.inner.1 (Leaf): UnsupportedOperatorError"), failed[0].culprit
+    assert f"test_culprit.py:{Leaf.forward.__code__.co_firstlineno + 3}" in failed[0].culprit, failed[0].culprit
     assert failed[0].culprit in report.summary()
 
 
