@@ -11,7 +11,6 @@ import re
 from typing import Dict, List, Sequence
 
 import onnx
-import sympy
 import torch
 
 from onnx_compat.errors import NarrowedDim, StaticDim
@@ -118,6 +117,7 @@ def _upper(size, ranges) -> "int | None":
         return None
     symbol = next(iter(expr.free_symbols))
     bound = ranges.get(symbol)
+    import sympy  # here, not at import: 0.3 s that a TorchScript export never needs
     upper = getattr(bound, "upper", None)
     if not isinstance(upper, sympy.Integer):  # torch's int_oo is no Integer (and calls itself finite)
         return None
