@@ -36,16 +36,16 @@ def _used_domains(proto: onnx.ModelProto) -> set:
 
 
 def _weights_apart(opts: ort.SessionOptions, data_file: str) -> None:
-    """ONNX Runtime writes the cleaned graph's weights to ``data_file`` beside it, as raw bytes: encoded
-    into the graph's protobuf and parsed back, they cost more (12 x 256 MHA encoder, 38 MB of weights:
-    0.03 s of 0.2 s)."""
+    """ONNX Runtime writes the cleaned graph's weights to ``data_file`` beside it as raw bytes: encoded into
+    the graph's protobuf and parsed back they cost more (12 x 256 MHA encoder, 38 MB of weights: the
+    cleanup 0.27 s -> 0.22 s CPU)."""
     opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", data_file)
     opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
 
 
 def _inline(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A graph loaded with its data file (the weights read back into it) without the marks of having had
-    one: the file written is the one an in-memory cleanup wrote."""
+    """A graph loaded with its data file (the weights read back into it) without the fields that loading
+    leaves set: the model is the one the cleaned graph encoded whole gave, byte for byte."""
     for tensor in proto.graph.initializer:
         for name in ("data_location", "doc_string"):
             if not getattr(tensor, name):
