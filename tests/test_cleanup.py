@@ -1,7 +1,10 @@
 """Cleanup keeps numbers and dims, folds the pad subgraph, and refuses to change a model."""
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
+import torch
 
 import onnx_compat
 from onnx_compat import ExportError
@@ -9,7 +12,7 @@ from onnx_compat import ExportError
 from onnx_compat.pipeline.cleanup import cleanup
 from onnx_compat.models import conv_demo
 
-from helpers import PAD_FUSION, needs_dynamo
+from helpers import PAD_FUSION, export, needs_dynamo
 
 from onnx_compat.pipeline import stages as export_mod  # the stages of export()
 
@@ -64,3 +67,24 @@ def test_a_cleanup_that_changes_the_model_is_an_error(bad, match, hard, tmp_path
         onnx_compat.export(hard["model"], str(tmp_path / "x.onnx"), hard["inputs"], hard["outputs"],
                            exporter="torchscript")
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_the_cleaned_graph_holds_its_weights():
+    """ONNX Runtime writes the cleaned weights to a file of its own: the graph returned holds them again
+    (no reference to that file, gone with its folder), runs from its bytes alone and writes the file a
+    graph cleaned in memory always wrote."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    cleaned = cleanup(export(model, (torch.randn(3, 64),), "torchscript", {0: {0: "batch"}}))
+    big = [t for t in cleaned.graph.initializer if len(t.raw_data) >= 1024]
+    assert big, "no weight big enough for ONNX Runtime to write it apart"
+    assert not [t.name for t in cleaned.graph.initializer
+                if t.external_data or t.HasField("data_location") or t.HasField("doc_string")]
+    sess = ort.InferenceSession(cleaned.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 5):
+        x = torch.randn(batch, 64)
+        with torch.no_grad():
+            expected = model(x).numpy()
+        assert np.ptp(expected) > 0
+        np.testing.assert_allclose(sess.run(None, {"x0": x.numpy()})[0], expected, atol=1e-5, rtol=1e-4,
+                                   err_msg=f"at batch {batch}")

@@ -3,7 +3,10 @@
 Every check compares ONNX Runtime with the unpatched eager model at shapes the
 export never saw (B=1 included, other lengths), padded key positions masked.
 """
+import io
+
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -42,14 +45,19 @@ class SelfAttention(nn.Module):
 
 
 class CrossAttention(nn.Module):
-    """Queries from one sequence, keys/values of other widths from another (separate projection weights)."""
+    """Queries from one sequence, keys/values from another: of other widths (separate projection weights),
+    or of the same width (``packed``: the thirds of one packed weight)."""
 
-    def __init__(self):
+    def __init__(self, packed=False):
         super().__init__()
-        self.attn = nn.MultiheadAttention(16, 2, kdim=12, vdim=10, batch_first=True)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True) if packed else \
+            nn.MultiheadAttention(16, 2, kdim=12, vdim=10, batch_first=True)
+        self.packed = packed
 
     def forward(self, x, memory, memory_lengths):
         pad = torch.arange(memory.shape[1])[None, :] >= memory_lengths[:, None]
+        if self.packed:
+            return self.attn(x, memory, memory, key_padding_mask=pad, need_weights=False)[0]
         return self.attn(x, memory, memory[..., :10], key_padding_mask=pad, need_weights=False)[0]
 
 
@@ -60,11 +68,11 @@ def _self_inputs(B, T, seed):
     return torch.randn(B, T, 16, generator=g), lengths
 
 
-def _cross_inputs(B, T, S, seed):
+def _cross_inputs(B, T, S, seed, width=12):
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(max(1, S // 2), S + 1, (B,), generator=g)
     lengths[0] = S
-    return torch.randn(B, T, 16, generator=g), torch.randn(B, S, 12, generator=g), lengths
+    return torch.randn(B, T, 16, generator=g), torch.randn(B, S, width, generator=g), lengths
 
 
 DYNAMIC_SELF = {0: {0: "batch", 1: "time"}, 1: {0: "batch"}}
@@ -110,14 +118,15 @@ def test_self_attention_matches_eager_at_new_shapes(variant):
         _compare(proto, model, args, args[1])
 
 
-def test_cross_attention_with_its_own_key_length_matches_eager():
+@pytest.mark.parametrize("packed", [False, True], ids=["separate_weights", "packed_weight"])
+def test_cross_attention_with_its_own_key_length_matches_eager(packed):
     torch.manual_seed(1)
-    model = CrossAttention().eval()
+    model = CrossAttention(packed).eval()
     dynamic = {0: {0: "batch", 1: "time"}, 1: {0: "batch", 1: "memory"}, 2: {0: "batch"}}
     with onnx_compat.patched():
-        proto = export(model, _cross_inputs(3, 37, 29, 0), "torchscript", dynamic)
+        proto = export(model, _cross_inputs(3, 37, 29, 0, 16 if packed else 12), "torchscript", dynamic)
     for seed, (B, T, S) in enumerate([(1, 23, 40), (4, 50, 7)], start=1):
-        args = _cross_inputs(B, T, S, seed)
+        args = _cross_inputs(B, T, S, seed, 16 if packed else 12)
         _compare(proto, model, args, torch.full((B,), T))
 
 
@@ -134,6 +143,22 @@ def test_the_attention_graph_has_no_shape_chain():
     # own conversion of that bool mask to a float one (a Where over a ConstantOfShape), before the patch
     assert _ops(compact).count("Shape") <= 2 < _ops(usual).count("Shape"), (_ops(compact), _ops(usual))
     assert len(compact.graph.node) < len(usual.graph.node) / 2, (len(compact.graph.node), len(usual.graph.node))
+
+
+def test_the_export_before_folding_computes_nothing_from_the_weights():
+    """What the pipeline's cleanup gets (the exporter's folding off): the packed projection weight is split at
+    constant widths, not at bounds computed from its shape (``chunk``: a Shape, Gathers and Slices per layer)."""
+    torch.manual_seed(0)
+    args = _self_inputs(3, 37, 0)
+    for model in (SelfAttention().eval(), CrossAttention(packed=True).eval()):
+        with onnx_compat.patched():
+            f = io.BytesIO()
+            torch.onnx.export(model, args if isinstance(model, SelfAttention) else _cross_inputs(3, 37, 29, 0, 16), f,
+                              do_constant_folding=False, dynamo=False)
+        proto = onnx.load_from_string(f.getvalue())
+        weights = {t.name for t in proto.graph.initializer}
+        read = [n.op_type for n in proto.graph.node if n.op_type in ("Shape", "Slice") and n.input[0] in weights]
+        assert not read and "Slice" not in _ops(proto), (type(model).__name__, _ops(proto))
 
 
 def test_eager_is_untouched_inside_patched():

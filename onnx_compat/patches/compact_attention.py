@@ -75,16 +75,17 @@ def _supported(b: dict) -> bool:
             and (b["use_separate_proj_weight"] or b["in_proj_weight"] is not None))
 
 
-def _projections(b: dict):
-    """q, k, v as ``[T, B, E]``."""
+def _projections(b: dict, embed: int):
+    """q, k, v as ``[T, B, E]``. Packed weights are split at the width (a ``Split`` of constant sizes):
+    ``chunk`` computes the thirds' bounds from the weight's shape, 30 nodes a layer to fold."""
     q, k, v, bias = b["query"], b["key"], b["value"], b["in_proj_bias"]
     if b["use_separate_proj_weight"]:
         weights = (b["q_proj_weight"], b["k_proj_weight"], b["v_proj_weight"])
+    elif q is k and k is v:  # self-attention: one product with the whole weight, its output split
+        return F.linear(q, b["in_proj_weight"], bias).split(embed, dim=-1)
     else:
-        weights = b["in_proj_weight"].chunk(3)
-    biases = (None, None, None) if bias is None else bias.chunk(3)
-    # three products with the weight's thirds (constants after cleanup), not one split of the packed
-    # product: the traced split reads the width from the tensor's shape
+        weights = b["in_proj_weight"].split(embed)
+    biases = (None, None, None) if bias is None else bias.split(embed)
     return tuple(F.linear(x, w, bb) for x, w, bb in zip((q, k, v), weights, biases))
 
 
@@ -102,7 +103,7 @@ def compact_attention(b: dict):
     # widths are the weights' (model constants); traced, a shape entry would be a tensor
     heads, embed = static_ints((b["num_heads"], b["out_proj_weight"].shape[0]))
     head = embed // heads
-    q, k, v = _projections(b)
+    q, k, v = _projections(b, embed)
     q = keep_leading_reshape(q, (0, -1, heads, head)).permute(1, 2, 0, 3) * (1.0 / math.sqrt(head))
     k = keep_leading_reshape(k, (0, -1, heads, head)).permute(1, 2, 3, 0)
     v = keep_leading_reshape(v, (0, -1, heads, head)).permute(1, 2, 0, 3)
