@@ -52,7 +52,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     writes, and its IR version (``releases.py``). ``runtimes``: other ONNX
     Runtimes to verify in as well (``verify``'s argument). ``external_data``: the
     weights in ``<path>.data`` beside the graph (default: from 1 GiB of weights
-    on; past 2 GB it is a must); it also lowers the export's peak memory.
+    on; past 2 GB it is a must). From 16 MiB of weights on they stay in a file during the export either
+    way (``weights.ON_DISK_FROM``), which keeps its peak memory near the weights' size; ``report.peak_memory``
+    has the export's own peak above the memory in use when it started (``memory.py``).
     ``progress``: called with the name of each stage as it starts (the CLI shows them on a terminal).
     ``contract``: a consumer's contract (``"sherpa-onnx/nemo-ctc"``, ``"rasr"``, ... see
     ``contracts/``): checked against the specs before exporting and against the graph before writing,
