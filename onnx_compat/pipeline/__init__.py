@@ -127,7 +127,7 @@ def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -
     reason = choose.worth_timing(used.proto, used.attempt.exporter) if request.exporter == "auto" else None
     tried = {a.exporter for a in report.attempts}
     other = next((s for s in request.strategies if s.name not in tried), None)
-    if reason is None or other is None or spill is not None:
+    if reason is None or other is None or (spill is not None and spill.beside):
         return used
     t0, record = time.perf_counter(), Attempt(other.name, False)
     try:
@@ -139,7 +139,8 @@ def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -
         return used
     report.attempts.append(second.attempt)
     request.tell("timing both graphs in ONNX Runtime")
-    graphs = {used.attempt.exporter: used.proto, other.name: second.proto}
+    graphs = {g.attempt.exporter: g.proto if spill is None else spill.save_graph(g.proto, f"{g.attempt.exporter}.onnx")
+              for g in (used, second)}  # weights kept in a file: each graph loads from its own
     choice = choose.faster(graphs, choose.verification_feeds(request.subject))
     chosen = used if choice.name == used.attempt.exporter else second
     chosen.why = f"{choice.why()} (timed: {reason})"

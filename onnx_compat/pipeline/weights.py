@@ -105,17 +105,28 @@ class WeightsFolder:
         self.dir = tempfile.mkdtemp(prefix=f".{self.name}.", suffix=".weights", dir=os.path.dirname(path))
 
     def step_path(self, step: str) -> str:
-        """Where one step (an exporter, an optimiser) writes its model, in a sub-folder of its own."""
-        folder = os.path.join(self.dir, step)
-        shutil.rmtree(folder, ignore_errors=True)
+        """Where one step (an exporter, an optimiser) writes its model, in a sub-folder of its own. A step
+        run again (the cleanup of the other exporter's graph, when ``auto`` times both) gets a new name, so
+        the weights of every graph still in use stay where it points."""
+        folder = os.path.join(self.dir, self._fresh(step))
         os.makedirs(folder)
         return os.path.join(folder, self.name)
 
+    def _fresh(self, step: str) -> str:
+        """``step``, or ``step-2``, ``step-3``... when a graph's folder or data file has that name already."""
+        name, k = step, 1
+        while os.path.exists(os.path.join(self.dir, name)) or os.path.exists(os.path.join(self.dir, name + ".data")):
+            k += 1
+            name = f"{step}-{k}"
+        return name
+
     def adopt(self, written: str, step: str) -> onnx.ModelProto:
-        """The graph at ``written``, loaded without its weights, which go to this folder's ``<step>.data``:
-        external tensors are copied one at a time, inline ones of 1 KiB and more are moved out."""
+        """The graph at ``written`` (``step_path``'s), loaded without its weights, which go to this folder's
+        ``<step>.data`` (the step's folder name): external tensors are copied one at a time, inline ones of
+        1 KiB and more are moved out."""
         proto = onnx.load(written, load_external_data=False)
-        base, data = os.path.dirname(written), f"{step}.data"
+        base = os.path.dirname(written)
+        data = f"{os.path.basename(base) if base != self.dir else step}.data"
         if self._move_single_file(proto, base, data):
             shutil.rmtree(base, ignore_errors=True)
             return proto
@@ -151,7 +162,7 @@ class WeightsFolder:
         """The graph inputs named in ``tensors`` become initializers whose data goes straight from those
         tensors to this folder's ``<step>.data``, one at a time: the TorchScript exporter's graph without
         its weights (``capture.py``), never a copy of them all in memory."""
-        data, declared = f"{step}.data", [v for v in proto.graph.input if v.name not in tensors]
+        data, declared = f"{self._fresh(step)}.data", [v for v in proto.graph.input if v.name not in tensors]
         taken = [v.name for v in proto.graph.input if v.name in tensors]
         with open(os.path.join(self.dir, data), "wb") as out:
             for name in taken:
@@ -185,9 +196,10 @@ class WeightsFolder:
             _point(tensor, data, info.offset or 0, info.length)
         return True
 
-    def save_graph(self, proto: onnx.ModelProto) -> str:
-        """The graph written beside its weights, for a session or a runtime that loads from a path."""
-        path = os.path.join(self.dir, self.name)
+    def save_graph(self, proto: onnx.ModelProto, name: Optional[str] = None) -> str:
+        """The graph written beside its weights, for a session or a runtime that loads from a path
+        (``name``: a file of its own, for a graph loaded while another one is)."""
+        path = os.path.join(self.dir, name or self.name)
         onnx.save(proto, path)
         return path
 
