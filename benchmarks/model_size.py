@@ -116,8 +116,10 @@ def _top_stage(peak: dict):
 
 
 def measure(size: str, exporter: str, mode: str) -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the child measures this checkout's onnx_compat
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     out = subprocess.run([sys.executable, __file__, "--child", size, exporter, mode], capture_output=True,
-                         text=True, check=False)
+                         text=True, check=False, env=env)
     if out.returncode != 0:
         return {"size": size, "exporter": exporter, "mode": mode, "error": (out.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
