@@ -157,7 +157,8 @@ def _first_exports(rows) -> list:
         for mode in ("bare", "pipeline"):
             seen = [r["first_export"] / 2**30 for r in rows
                     if r["exporter"] == exporter and r["mode"] == mode and "first_export" in r]
-            cells.append(f"{min(seen):.2f}–{max(seen):.2f} GiB" if seen else "-")
+            span = {f"{v:.2f}" for v in (min(seen), max(seen))} if seen else set()
+            cells.append("–".join(sorted(span)) + " GiB" if span else "-")
         lines.append(f"| {exporter} | {cells[0]} | {cells[1]} |")
     return lines
 

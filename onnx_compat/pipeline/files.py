@@ -55,7 +55,8 @@ def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[
     """Write ``proto`` to a temporary file beside ``path``, then rename it into place.
 
     ``before_rename``: a last step once the file is complete (moving its data file into place).
-    ``save``: how the file is written (default ``onnx.save``; ``weights.write_inline`` streams weights kept in a file into it).
+    ``save``: how the file is written (default ``onnx.save``; ``weights.write_inline`` streams in weights
+    kept in a file).
     A write that fails (no room, say) is one ``OSError`` naming the path; nothing is left."""
     folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)

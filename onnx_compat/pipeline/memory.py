@@ -4,9 +4,10 @@ when ``export()`` started (the user's model already built, torch already importe
 A process's peak RSS counts the interpreter, torch (~0.4 GiB) and the model itself, which say
 nothing about what exporting costs. On Linux the kernel's high-water mark (``VmHWM``) can be
 reset (``/proc/self/clear_refs``, value 5), so the peak of one stretch of work is read exactly,
-every short-lived copy included. Elsewhere the fallback is ``getrusage``'s process peak, which
-is only the export's own when the export set it: otherwise it is an upper bound, and the
-measurement says so (``exact=False``).
+every short-lived copy included. Where the mark cannot be reset the measurement says so in its
+``method`` (``exact=False``): with /proc, the process's peak over the resident memory at the start
+(an upper bound: the peak may predate the export); without it, ``getrusage``'s process peak after
+over before (a lower bound: only what the export added to an earlier peak).
 
 Resetting the mark lowers what ``VmHWM`` and ``getrusage`` report for the process afterwards;
 ``process_peak()`` keeps the highest value seen before any reset, for a caller that wants the
@@ -90,13 +91,16 @@ class Peak:
     """One measured stretch: its peak above the resident memory at its start."""
 
     above_start: int  # bytes
-    start: int  # resident bytes when it began
-    exact: bool  # False: getrusage's process peak, an upper bound when the export did not set it
+    start: int  # resident bytes when it began (without /proc: the process's peak then)
+    exact: bool  # False: the mark could not be reset here (``method`` says what was measured instead)
     stages: Dict[str, int]  # each stage's own peak above the start of the whole measurement, bytes
 
     @property
     def method(self) -> str:
-        return "VmHWM reset" if self.exact else "getrusage process peak (upper bound)"
+        if self.exact:
+            return "VmHWM reset"
+        return "process peak over the start (upper bound)" if resident() else \
+            "getrusage peak after over before (lower bound)"
 
     def to_dict(self, weights: int) -> dict:
         return {"bytes": self.above_start, "weights_bytes": weights,
