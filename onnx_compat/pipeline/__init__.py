@@ -18,9 +18,10 @@ import torch
 from onnx_compat.errors import ExportError
 from onnx_compat.model_state import preserved
 from onnx_compat.pipeline import choose, stages
+from onnx_compat.pipeline.memory import PeakMemory
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest, build_request
-from onnx_compat.pipeline.weights import folder_for
+from onnx_compat.pipeline.weights import folder_for, weight_bytes, works_on_disk
 
 __all__ = ["export", "ExportError", "Report"]
 
@@ -51,7 +52,9 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     writes, and its IR version (``releases.py``). ``runtimes``: other ONNX
     Runtimes to verify in as well (``verify``'s argument). ``external_data``: the
     weights in ``<path>.data`` beside the graph (default: from 1 GiB of weights
-    on; past 2 GB it is a must); it also lowers the export's peak memory.
+    on; past 2 GB it is a must). From 16 MiB of weights on they stay in a file during the export either
+    way (``weights.ON_DISK_FROM``), which keeps its peak memory near the weights' size; ``report.peak_memory``
+    has the export's own peak above the memory in use when it started (``memory.py``).
     ``progress``: called with the name of each stage as it starts (the CLI shows them on a terminal).
     ``contract``: a consumer's contract (``"sherpa-onnx/nemo-ctc"``, ``"rasr"``, ... see
     ``contracts/``): checked against the specs before exporting and against the graph before writing,
@@ -62,20 +65,32 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     ``quantize_options``: its measures, thresholds and exclusion limit.
     """
     t_start = time.perf_counter()
-    request = build_request(model, path, inputs, outputs, exporter=exporter, sizes=sizes, examples=examples,
-                            seed=seed, target=target, opset=opset, runtimes=runtimes, external_data=external_data,
-                            metadata=metadata, verify=verify, atol=atol, rtol=rtol, strict=strict, rasr=rasr,
-                            patches=patches, cleanup=cleanup, progress=progress, contract=contract,
-                            vocabulary=vocabulary, quantize=quantize, quantize_options=dict(quantize_options or {}))
+    with PeakMemory() as memory:
+        memory.stage("request")
+        report = _run(model, path, inputs, outputs, progress=memory.telling(progress), exporter=exporter,
+                      sizes=sizes, examples=examples, seed=seed, target=target, opset=opset, runtimes=runtimes,
+                      external_data=external_data, metadata=metadata, verify=verify, atol=atol, rtol=rtol,
+                      strict=strict, rasr=rasr, patches=patches, cleanup=cleanup, contract=contract,
+                      vocabulary=vocabulary, quantize=quantize, quantize_options=dict(quantize_options or {}))
+    report.peak_memory = memory.result().to_dict(weight_bytes(model))
+    report.timings["total"] = time.perf_counter() - t_start
+    return report
+
+
+def _run(model: torch.nn.Module, path: str, inputs, outputs, **options) -> Report:
+    """The request, each capture strategy until one verifies, the conclusion and the atomic write."""
+    request = build_request(model, path, inputs, outputs, **options)
     report = Report(path=request.path, target=str(request.target) if request.target else None)
-    with folder_for(request.path, request.spill) as spill, preserved(model):
+    # big weights stay in a file during the export even when they end up inside the one .onnx file
+    on_disk = request.spill or works_on_disk(weight_bytes(model))
+    with folder_for(request.path, on_disk, beside=request.spill) as spill, preserved(model):
         request.tell("checking the model's outputs")
         with preserved(model):  # a forward that caches on the module (a length-keyed table) must not
             request.subject.check_outputs()  # hand that cache to the trace that follows
         used = _faster(request, report, spill, _first_verified(request, report, spill))
+        spill = stages.whole_graph_if_needed(request, used, spill)
         stages.conclude(request, report, used)
         stages.write(request, report, used, spill)
-    report.timings["total"] = time.perf_counter() - t_start
     return report
 
 
@@ -112,7 +127,7 @@ def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -
     reason = choose.worth_timing(used.proto, used.attempt.exporter) if request.exporter == "auto" else None
     tried = {a.exporter for a in report.attempts}
     other = next((s for s in request.strategies if s.name not in tried), None)
-    if reason is None or other is None or spill is not None:
+    if reason is None or other is None or (spill is not None and spill.beside):
         return used
     t0, record = time.perf_counter(), Attempt(other.name, False)
     try:
@@ -124,7 +139,8 @@ def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -
         return used
     report.attempts.append(second.attempt)
     request.tell("timing both graphs in ONNX Runtime")
-    graphs = {used.attempt.exporter: used.proto, other.name: second.proto}
+    graphs = {g.attempt.exporter: g.proto if spill is None else spill.save_graph(g.proto, f"{g.attempt.exporter}.onnx")
+              for g in (used, second)}  # weights kept in a file: each graph loads from its own
     choice = choose.faster(graphs, choose.verification_feeds(request.subject))
     chosen = used if choice.name == used.attempt.exporter else second
     chosen.why = f"{choice.why()} (timed: {reason})"

@@ -10,6 +10,7 @@ from the exporter's own error, carrying its warnings and where it happened.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -26,6 +27,7 @@ from onnx_compat.errors import CaptureError, DimSpecialized
 from onnx_compat.graph import all_nodes
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site
+from onnx_compat.pipeline import weights as weights_module
 from onnx_compat.pipeline.weights import WeightsFolder
 from onnx_compat.spec import TensorSpec
 
@@ -107,20 +109,69 @@ class TorchScript:
         return None
 
     def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
-        axes = dims.wanted_dynamic(list(request.inputs) + list(request.outputs))
+        if request.weights is not None and _graph_module() is not None:
+            return self._graph_then_weights(request)
         # In memory unless the weights need a file (no file written and read back: 0.1 s on the 12 x 256 Conformer)
         target = io.BytesIO() if request.weights is None else request.weights.step_path(self.name)
-        torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
-                          output_names=dims.onnx_names(request.outputs),
-                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,
-                          do_constant_folding=request.fold, **_TORCHSCRIPT)
+        self._export(request, target, export_params=True)
         if request.weights is not None:
             return request.weights.adopt(target, self.name)
         captured.serialized = target.getvalue()
         return onnx.load_from_string(captured.serialized)
 
+    def _graph_then_weights(self, request: Request) -> onnx.ModelProto:
+        """The graph without its weights (``export_params=False``), whose weight inputs then take the tensors
+        the exporter would have written, straight into the weights' file. Below 2 GB torch encodes every weight
+        into its proto, serialises it and copies the bytes into Python: 3x the weights at once (97 M params)."""
+        target = io.BytesIO()
+        with _tensors_of_the_graph() as tensors:
+            self._export(request, target, export_params=False)
+        untyped = sorted(n for n, t in tensors.items() if weights_module.onnx_type(t) is None)
+        if untyped:
+            raise TypeError(f"weights {untyped[:3]} have a dtype ONNX has no type for")
+        proto = onnx.load_from_string(target.getvalue())
+        return request.weights.take(proto, tensors, self.name)
+
+    def _export(self, request: Request, target, export_params: bool) -> None:
+        axes = dims.wanted_dynamic(list(request.inputs) + list(request.outputs))
+        torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
+                          output_names=dims.onnx_names(request.outputs),
+                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,
+                          do_constant_folding=request.fold, export_params=export_params, **_TORCHSCRIPT)
+
     def locate(self, exc: BaseException, request: Request) -> dict:
         return {"scope": failure_site.torchscript_scope(exc, request.model, request.args)}
+
+
+def _graph_module():
+    """The module of torch's TorchScript exporter whose ``_model_to_graph`` gives the graph and its weights
+    by name (torch 2.9 moved it), or None where it is not found: the exporter then writes the weights itself."""
+    for name in ("torch.onnx._internal.torchscript_exporter.utils", "torch.onnx.utils"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if callable(getattr(module, "_model_to_graph", None)) and callable(getattr(module, "_export", None)):
+            return module
+    return None
+
+
+@contextlib.contextmanager
+def _tensors_of_the_graph():
+    """While it is open, the TorchScript exporter's weights by their names in the graph (its parameters,
+    buffers and folded constants), as ``_model_to_graph`` hands them to the ONNX encoder."""
+    module, found = _graph_module(), {}
+    original = module._model_to_graph
+
+    def recording(*args, **kwargs):
+        graph, params, out = original(*args, **kwargs)
+        found.update(params)
+        return graph, params, out
+    module._model_to_graph = recording
+    try:
+        yield found
+    finally:
+        module._model_to_graph = original
 
 
 class Dynamo:

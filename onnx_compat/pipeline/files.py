@@ -50,17 +50,20 @@ def follow_umask(path: str) -> None:
     os.chmod(path, 0o666 & ~current_umask())
 
 
-def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[Callable[[], None]] = None) -> None:
+def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[Callable[[], None]] = None,
+                     save: Optional[Callable[[onnx.ModelProto, str], None]] = None) -> None:
     """Write ``proto`` to a temporary file beside ``path``, then rename it into place.
 
     ``before_rename``: a last step once the file is complete (moving its data file into place).
+    ``save``: how the file is written (default ``onnx.save``; ``weights.write_inline`` streams in weights
+    kept in a file).
     A write that fails (no room, say) is one ``OSError`` naming the path; nothing is left."""
     folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
         try:
-            onnx.save(proto, tmp)
+            (save or onnx.save)(proto, tmp)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot write the ONNX model to {path!r}: {exc.strerror or exc}") from exc
         follow_umask(tmp)

@@ -53,6 +53,9 @@ class Report:
     quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
     files: List[str] = field(default_factory=list)  # files written beside the model for its runtime
     speed: Optional[dict] = None  # auto timed both verified graphs: the one chosen, the others' time ratios
+    # the export's own peak resident memory above the start, its ratio to the weights, and each stage's
+    # (``memory.py``): {"bytes", "weights_bytes", "over_weights", "start_bytes", "method", "stages"}
+    peak_memory: Optional[dict] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,7 +107,21 @@ class Report:
         lines += [f"openvino    {line}" for line in self.openvino]
         lines += self._deployment_lines()
         lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        lines += self._memory_lines()
         return "\n".join(lines)
+
+    def _memory_lines(self) -> List[str]:
+        """The export's own peak above the memory in use when it started, against the weights' size, and the
+        stage where it was reached."""
+        memory = self.peak_memory
+        if not memory:
+            return []
+        ratio = f" = {memory['over_weights']:.1f}x the weights ({memory['weights_bytes'] / 2**20:.0f} MiB)" \
+            if memory.get("over_weights") is not None else ""
+        stages = memory.get("stages") or {}
+        where = f", during {max(stages, key=stages.get)}" if stages else ""
+        approx = "" if memory.get("method") == "VmHWM reset" else f" ({memory.get('method')})"
+        return [f"memory      peak {memory['bytes'] / 2**20:.0f} MiB above the start{ratio}{where}{approx}"]
 
     def verified_elsewhere(self) -> int:
         """How many checks passed at sizes other than the export example (0 when any check failed)."""

@@ -299,6 +299,15 @@ def only_torchscript() -> str:
     return "" if capture.HAS_DYNAMO else f" ({versions.NO_DYNAMO}: TorchScript only)"
 
 
+def whole_graph_if_needed(request: ExportRequest, used: Graph, spill):
+    """A contract's consumers and quantization read the whole model: weights kept in a file only to spare the
+    export's memory (``weights.works_on_disk``) come back into the graph, which is then written as it is."""
+    if spill is None or spill.beside or not (request.contract or request.quantize):
+        return spill
+    spill.inline(used.proto)
+    return None
+
+
 def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
     """The graph (fitted to the target) into place atomically, its weights beside it when spilled; with
     ``quantize`` the approximate model instead (the float one beside it), with a contract its files."""
@@ -311,7 +320,7 @@ def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
         write_atomically(proto, request.path)
     else:
         spill.commit(proto)
-        report.external_data = os.path.basename(request.path) + ".data"
+        report.external_data = os.path.basename(request.path) + ".data" if spill.beside else None
     if used.applied is not None:
         used.applied.write_files(os.path.dirname(request.path))
 
