@@ -163,15 +163,16 @@ def test_a_quantized_export_gets_the_weights_back_in_memory(monkeypatch, tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["m.float.onnx", "m.onnx"], os.listdir(tmp_path)
 
 
-class Thumbnail(nn.Module):
-    """An antialiased resize after a conv: ``auto`` times both exporters' graphs (``choose.worth_timing``)."""
+class Projected(nn.Module):
+    """An LSTM with projections: TorchScript writes an ONNX Loop, so ``auto`` times both exporters' graphs
+    (``choose.worth_timing``)."""
 
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.lstm = nn.LSTM(6, 12, proj_size=4, batch_first=True)
 
     def forward(self, x):
-        return nn.functional.interpolate(self.conv(x), size=(12, 12), mode="bicubic", antialias=True) * 2.0
+        return self.lstm(x)[0] * 2.0
 
 
 @pytest.mark.skipif(not onnx_compat.versions.HAS_DYNAMO, reason="needs torch's dynamo exporter")
@@ -179,13 +180,13 @@ def test_auto_times_both_graphs_with_their_weights_kept_on_disk(monkeypatch, tmp
     """Each graph keeps its own weights' file (its cleanup's too), so both load side by side to be timed."""
     monkeypatch.setattr(weights, "ON_DISK_FROM", 1)
     torch.manual_seed(0)
-    b, model = Dim("batch"), Thumbnail().eval()
-    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("data", [b, 3, 32, 32])],
-                                [TensorSpec("output", [b, 3, 12, 12])], exporter="auto")
-    assert [a.exporter for a in report.attempts] == ["dynamo", "torchscript"] and all(a.ok for a in report.attempts)
+    b, t, model = Dim("batch"), Dim("time"), Projected().eval()
+    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("data", [b, t, 6])],
+                                [TensorSpec("output", [b, t, 4])], exporter="auto")
+    assert [a.exporter for a in report.attempts] == ["torchscript", "dynamo"] and all(a.ok for a in report.attempts)
     assert report.speed["chosen"] == report.exporter and set(report.speed["ratios"]) == {"dynamo", "torchscript"}
     assert os.listdir(tmp_path) == ["m.onnx"] and report.external_data is None
-    data = torch.randn(1, 3, 32, 32)
+    data = torch.randn(1, 19, 6)
     with torch.no_grad():
         expected = model(data).numpy()
     out = _run(str(tmp_path / "m.onnx"), data)
