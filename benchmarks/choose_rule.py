@@ -14,12 +14,15 @@ this prints the TorchScript graph's nodes, its share of shape bookkeeping
 (``choose.bookkeeping_share``), what ``worth_timing`` says, and (unless
 ``--no-time``) the time of our dynamo graph over our TorchScript graph, both as
 the pipeline writes them, in ONNX Runtime with one thread (CPU time of the
-calling thread), interleaved rounds, at batch 4 and 4x the example's other dims.
+calling thread), interleaved rounds, at batch 4 and 4x the example's other dims;
+``--passes`` times every row again after all the others (the median and the
+range of the passes are shown: on a shared machine one pass can be 15% off).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import warnings
@@ -119,9 +122,9 @@ def _verdict(proto: onnx.ModelProto) -> str:
     return "no" if why is None else "yes: " + why.split(":")[0]
 
 
-def measure(row: Row, rounds: int, time_it: bool) -> dict:
-    """The TorchScript graph's figures, and dynamo's time over it where ``time_it``."""
-    out = {"row": row, "ratio": None, "error": None}
+def prepare(row: Row, time_it: bool) -> dict:
+    """The TorchScript graph's figures, and where ``time_it`` both graphs' one-thread calls on the row's inputs."""
+    out = {"row": row, "ratios": [], "error": None}
     try:
         ts = row.graphs("torchscript")
     except Exception as exc:  # noqa: BLE001 - the failure is the row
@@ -136,19 +139,29 @@ def measure(row: Row, rounds: int, time_it: bool) -> dict:
         out["error"] = f"dynamo fails: {type(exc).__name__}"
         return out
     feeds = row.feeds()
-    seconds = interleaved_medians({"torchscript": ort_call(ts, feeds, 1), "dynamo": ort_call(dyn, feeds, 1)},
-                                  rounds, clock=clock_for(1))
-    out.update(ratio=seconds["dynamo"] / seconds["torchscript"], dyn_nodes=len(dyn.graph.node),
-               ts_ms=seconds["torchscript"] * 1e3)
+    out.update(calls={"torchscript": ort_call(ts, feeds, 1), "dynamo": ort_call(dyn, feeds, 1)},
+               dyn_nodes=len(dyn.graph.node))
     return out
+
+
+def time_pass(results: List[dict], rounds: int) -> None:
+    """One ratio per timed row: dynamo's median over TorchScript's, the two in the same interleaved rounds.
+    Passes run one after another over all rows, so each row's passes meet the machine's load minutes apart."""
+    for r in results:
+        if "calls" in r:
+            seconds = interleaved_medians(r["calls"], rounds, clock=clock_for(1))
+            r["ratios"].append(seconds["dynamo"] / seconds["torchscript"])
+            r["ts_ms"] = seconds["torchscript"] * 1e3
 
 
 def line(r: dict) -> str:
     row = r["row"]
     if "share" not in r:
         return f"| {row.name} | {row.kind} | - | - | {r['error']} | - |"
-    ratio = f"{r['ratio']:.2f}x ({r['dyn_nodes']} nodes; TorchScript {r['ts_ms']:.2f} ms)" if r["ratio"] \
-        else (r["error"] or "not timed")
+    ratios = sorted(r["ratios"])
+    spread = f" ({ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+    ratio = f"{statistics.median(ratios):.2f}x{spread}; {r['dyn_nodes']} nodes, TorchScript {r['ts_ms']:.2f} ms" \
+        if ratios else (r["error"] or "not timed")
     return f"| {row.name} | {row.kind} | {r['nodes']} | {r['share']:.0%} | {ratio} | {r['verdict']} |"
 
 
@@ -163,6 +176,7 @@ def main(argv=None) -> List[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-time", action="store_true", help="the graphs' figures only (no dynamo export)")
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--passes", type=int, default=3, help="timing passes over all rows (median and range shown)")
     p.add_argument("--only", nargs="*", help="row names")
     add_write_option(p, "choose-rule", "docs/benchmarks.md")
     args = p.parse_args(argv)
@@ -175,11 +189,16 @@ def main(argv=None) -> List[dict]:
             for row in rows():
                 if args.only and row.name not in args.only:
                     continue
-                results.append(measure(row, args.rounds, time_it))
-                print(line(results[-1]), file=sys.stderr, flush=True)
+                results.append(prepare(row, time_it))
+                print(f"{row.name}: {results[-1].get('share', results[-1]['error'])}", file=sys.stderr, flush=True)
+    for k in range(args.passes if time_it else 0):
+        time_pass(results, args.rounds)
+        print(f"pass {k + 1}: " + ", ".join(f"{r['row'].name} {r['ratios'][-1]:.2f}" for r in results if r["ratios"]),
+              file=sys.stderr, flush=True)
     load = " ".join(open("/proc/loadavg").read().split()[:3])
     lines = [f"torch {torch.__version__}, onnxruntime {__import__('onnxruntime').__version__}, load average "
-             f"{load}; median of {args.rounds} interleaved rounds", "", *table(results)]
+             f"{load}; dynamo / TorchScript: median of {args.passes} passes (range), each the ratio of "
+             f"medians of {args.rounds} interleaved rounds", "", *table(results)]
     print("\n".join(lines))
     if args.write:
         write_marked(args.write, "\n".join(lines), "choose-rule")
