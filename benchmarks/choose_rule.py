@@ -26,7 +26,8 @@ import statistics
 import sys
 import tempfile
 import warnings
-from typing import Callable, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Callable, List
 
 import onnx
 import torch
@@ -56,11 +57,14 @@ HF = {
 }
 
 
+@dataclass
 class Row:
-    """One graph source: its two graphs (as the pipeline writes them) and the inputs to time them on."""
+    """One graph source: each exporter's graph (as the pipeline writes it) and the inputs to time them on."""
 
-    def __init__(self, kind: str, name: str, graphs: Callable[[str], onnx.ModelProto], feeds: Callable[[], dict]):
-        self.kind, self.name, self.graphs, self.feeds = kind, name, graphs, feeds
+    kind: str
+    name: str
+    graphs: Callable[[str], onnx.ModelProto]
+    feeds: Callable[[], dict]
 
 
 def _job_row(kind: str, name: str, job: dict) -> Row:
@@ -196,9 +200,10 @@ def main(argv=None) -> List[dict]:
         print(f"pass {k + 1}: " + ", ".join(f"{r['row'].name} {r['ratios'][-1]:.2f}" for r in results if r["ratios"]),
               file=sys.stderr, flush=True)
     load = " ".join(open("/proc/loadavg").read().split()[:3])
+    timing = (f"dynamo / TorchScript: median of {args.passes} passes (range), each the ratio of medians of "
+              f"{args.rounds} interleaved rounds") if time_it else "not timed"
     lines = [f"torch {torch.__version__}, onnxruntime {__import__('onnxruntime').__version__}, load average "
-             f"{load}; dynamo / TorchScript: median of {args.passes} passes (range), each the ratio of "
-             f"medians of {args.rounds} interleaved rounds", "", *table(results)]
+             f"{load}; {timing}", "", *table(results)]
     print("\n".join(lines))
     if args.write:
         write_marked(args.write, "\n".join(lines), "choose-rule")
