@@ -129,7 +129,7 @@ def _shaped(bookkeeping: int, compute: int, table_from_shape: bool = False) -> o
     for k in range(compute):
         nodes.append(helper.make_node("MatMul", [prev, "w"], [f"m{k}"]))
         prev = f"m{k}"
-    nodes += [helper.make_node("Constant", [], ["c0"], value=helper.make_tensor("v", TensorProto.INT64, [], [0])),
+    nodes += [helper.make_node("Constant", [], ["c0"], value_int=0),
               helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "c0"], ["b0"])]
     for k in range(max(bookkeeping - 6, 0)):  # the batch size through a chain of no-op integer arithmetic
         nodes.append(helper.make_node("Add" if k % 2 else "Mul", [f"b{k}", "one"], [f"b{k + 1}"]))

@@ -124,6 +124,9 @@ def worth_timing(proto: onnx.ModelProto, exporter: str) -> Optional[str]:
 _BOOL_OPS = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN",
              "IsInf"}
 _INT64_OPS = {"Shape", "Size", "NonZero", "ArgMax", "ArgMin"}
+_ATTRIBUTE_TYPES = {"value_int": onnx.TensorProto.INT64, "value_ints": onnx.TensorProto.INT64,
+                    "value_float": onnx.TensorProto.FLOAT, "value_floats": onnx.TensorProto.FLOAT,
+                    "value_string": onnx.TensorProto.STRING, "value_strings": onnx.TensorProto.STRING}
 _INTEGER_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
                   onnx.TensorProto.UINT64, onnx.TensorProto.UINT32, onnx.TensorProto.UINT16,
                   onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
@@ -138,8 +141,12 @@ def _element_type(node: onnx.NodeProto, types: Mapping[str, int]) -> int:
     attrs = {a.name: a for a in node.attribute}
     if node.op_type == "Cast":
         return attrs["to"].i
-    if node.op_type in ("Constant", "ConstantOfShape"):
-        return attrs["value"].t.data_type if "value" in attrs else onnx.TensorProto.FLOAT
+    if "value" in attrs and node.op_type in ("Constant", "ConstantOfShape"):
+        return attrs["value"].t.data_type
+    if node.op_type == "Constant":  # value_int(s), value_float(s), value_string(s)
+        return next((_ATTRIBUTE_TYPES[a] for a in attrs if a in _ATTRIBUTE_TYPES), 0)
+    if node.op_type == "ConstantOfShape":
+        return onnx.TensorProto.FLOAT
     inputs = node.input[1:] if node.op_type == "Where" else node.input
     return next((types[i] for i in inputs if types.get(i)), 0)
 
