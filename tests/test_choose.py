@@ -11,7 +11,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_compat.errors import ExportError
-from onnx_compat.pipeline.choose import Choice, faster
+from onnx_compat.pipeline.choose import Choice, deployed_session, faster
 from onnx_compat.pipeline.verification import reference_cases
 from onnx_compat.spec import Dim, TensorSpec
 
@@ -113,6 +113,90 @@ def test_worth_timing_names_the_op_that_made_the_other_exporter_faster():
     assert worth_timing(loop, "torchscript").startswith("Loop: ONNX Loop (LSTMP")
     assert worth_timing(loop, "dynamo") is None  # dynamo writes Scan for LSTMP; a Loop there was not measured
     assert worth_timing(_graph(3), "torchscript") is None and worth_timing(_graph(3), "dynamo") is None
+
+
+def _shaped(bookkeeping: int, compute: int, table_from_shape: bool = False) -> onnx.ModelProto:
+    """x [B, T, 8] -> ``compute`` MatMuls with an 8 x 8 weight, then a Reshape to a shape computed from x's shape
+    by ``bookkeeping`` integer nodes (Shape, then Gather/Add/Unsqueeze/Concat) - TorchScript's form of a size
+    read with int(). ``table_from_shape``: the shape-derived values are also made float and multiplied into the
+    output, a table a rewrite builds from the shapes (the model's work, not bookkeeping)."""
+    inits = [numpy_helper.from_array(np.eye(8, dtype=np.float32), "w"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+             helper.make_tensor("c", TensorProto.FLOAT, [], [1.0])]
+    nodes, prev = [], "x"
+    for k in range(compute):
+        nodes.append(helper.make_node("MatMul", [prev, "w"], [f"m{k}"]))
+        prev = f"m{k}"
+    nodes += [helper.make_node("Constant", [], ["c0"], value_int=0),
+              helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "c0"], ["b0"])]
+    for k in range(max(bookkeeping - 6, 0)):  # the batch size through a chain of no-op integer arithmetic
+        nodes.append(helper.make_node("Add" if k % 2 else "Mul", [f"b{k}", "one"], [f"b{k + 1}"]))
+    last = f"b{max(bookkeeping - 6, 0)}"
+    nodes += [helper.make_node("Sub", [last, last], ["zero"]), helper.make_node("Add", ["b0", "zero"], ["batch"]),
+              helper.make_node("Unsqueeze", ["batch", "axis0"], ["batch1"]),
+              helper.make_node("Concat", ["batch1", "minus1"], ["shape"], axis=0),
+              helper.make_node("Reshape", [prev, "shape"], ["y0"])]
+    if table_from_shape:
+        nodes += [helper.make_node("Cast", ["zero"], ["zf"], to=TensorProto.FLOAT)]
+        nodes += [helper.make_node("Mul", ["zf" if k == 0 else f"t{k - 1}", "c"], [f"t{k}"]) for k in range(20)]
+        nodes += [helper.make_node("Add", ["t19", "c"], ["scale"]), helper.make_node("Mul", ["y0", "scale"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["y0"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _runs(proto: onnx.ModelProto) -> None:
+    """The synthetic graph is a valid one: ONNX Runtime runs it and gives x flattened per batch item."""
+    x = np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)
+    got = deployed_session(proto).run(None, {"x": x})[0]
+    assert got.shape == (3, 40) and np.allclose(got, x.reshape(3, 40), atol=1e-5), got.shape
+
+
+def test_bookkeeping_share_counts_integer_nodes_computed_from_shapes_only():
+    from onnx_compat.pipeline.choose import bookkeeping_share
+    mostly = _shaped(bookkeeping=30, compute=2)
+    _runs(mostly)
+    # 30 integer nodes of the 35 run (the Constant is not run), 2 MatMuls, Reshape and Identity use x's values
+    assert bookkeeping_share(mostly) == pytest.approx(30 / 34), bookkeeping_share(mostly)
+    table = _shaped(bookkeeping=6, compute=2, table_from_shape=True)
+    _runs(table)
+    # the 22 float nodes made from the shape (Cast, 20 Mul, Add) are a table, not bookkeeping
+    assert bookkeeping_share(table) == pytest.approx(6 / 32), bookkeeping_share(table)
+
+
+def test_worth_timing_a_torchscript_graph_mostly_shape_bookkeeping():
+    """On each side of the threshold: a graph more than half bookkeeping is worth a dynamo export, one with
+    less is kept alone; dynamo's own graphs have no bookkeeping rule."""
+    from onnx_compat.pipeline.choose import BOOKKEEPING_SHARE, bookkeeping_share, worth_timing
+    threshold = BOOKKEEPING_SHARE["torchscript"][0]
+    above, below = _shaped(bookkeeping=12, compute=8), _shaped(bookkeeping=8, compute=12)
+    assert bookkeeping_share(above) > threshold > bookkeeping_share(below), \
+        (bookkeeping_share(above), bookkeeping_share(below))
+    why = worth_timing(above, "torchscript")
+    assert why is not None and why.startswith("shape bookkeeping 55% of the nodes: "), why
+    assert worth_timing(below, "torchscript") is None
+    assert worth_timing(above, "dynamo") is None
+
+
+@pytest.mark.parametrize("model_type, task", [("wav2vec2", "ctc"), ("hubert", "ctc"), ("wavlm", "ctc"),
+                                              ("whisper", "speech-encoder"),
+                                              ("audio-spectrogram-transformer", "audio-classification")])
+def test_auto_exports_the_budgeted_transformers_models_once(tmp_path, model_type, task):
+    """Issue #29 item 3: the whole export of these stays within optimum's time, so auto's rule must not
+    ask for a second (dynamo) export of their verified TorchScript graphs."""
+    pytest.importorskip("transformers")
+    from onnx_compat.huggingface import export_pretrained, tiny
+    folder = tiny.checkpoint(tmp_path / "c", model_type, task)
+    report = export_pretrained(folder, str(tmp_path / "m.onnx"), task, exporter="auto")
+    assert [a.exporter for a in report.attempts] == ["torchscript"] and report.speed is None, \
+        (report.why, [a.exporter for a in report.attempts])
+    assert all(c["ok"] for c in report.verification)
 
 
 class Thumbnail(torch.nn.Module):

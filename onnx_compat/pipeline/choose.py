@@ -79,21 +79,96 @@ def _runner(name: str, sess: ort.InferenceSession, cases: Sequence) -> callable:
 
 # What the other exporter is worth exporting for, once one exporter's graph is verified: an op in that graph
 # whose rewrite ran much slower than the other exporter's in benchmarks/rewrite_latency.py (1 thread, CPU time;
-# docs/benchmarks.md). Whole models differ less and both ways (dynamo's graph took 0.73x-1.34x TorchScript's
-# time, 0.96-1.10x on eight of twelve) with no op to tell them apart yet: there only timing both decides,
-# and a second export costs 5-10x more under dynamo than under TorchScript.
+# docs/benchmarks.md). A second export costs 5-10x more under dynamo than under TorchScript.
 TRY_THE_OTHER = {
     "torchscript": {"Loop": "ONNX Loop (LSTMP, length regulator) took 2.2-10.7x dynamo's graph"},
     "dynamo": {"Resize": "antialiased Resize took 2.16x TorchScript's two MatMuls"},
 }
+# ... or a graph that is half shape bookkeeping or more: nodes whose value depends only on the inputs' shapes and
+# is an integer or a boolean (Shape, the Gather/Unsqueeze/Concat of a size read with int(), pad arithmetic), each
+# a kernel call of microseconds that TorchScript's graph runs on every call where dynamo folds a static dim or
+# writes one symbolic expression. Measured in benchmarks/choose_rule.py (docs/benchmarks.md, 1 thread, median of
+# 3 passes): the four graphs without a Loop where dynamo's took under 0.90x TorchScript's time are 53-90%
+# bookkeeping (MobileNetV2 tf_padding 0.74x, CLAP 0.88x, the unfold and 1-d adaptive average pooling
+# rewrites 0.70-0.74x); the other four at or above half took 0.96-1.02x (the second export is then wasted, not harmful).
+# Below half dynamo's took 0.96-2.20x but for one 50-microsecond rewrite (floor_divide, 7%: 0.88x); the
+# transformers models whose export must stay within optimum's time (issue #29 item 3: wav2vec2, HuBERT, WavLM
+# CTC, Whisper encoder, AST) are 29-43% even at the base models' depth, so they keep one export.
+BOOKKEEPING_SHARE = {
+    "torchscript": (0.5, "at half or more dynamo's graph took 0.70-0.88x TorchScript's time (MobileNetV2 "
+                         "tf_padding, CLAP, unfold, 1-d adaptive average pooling), 0.96-1.02x on the others"),
+}
+
+
+def _slow_op(proto: onnx.ModelProto, exporter: str) -> Optional[str]:
+    slow = TRY_THE_OTHER.get(exporter, {})
+    found = next((n.op_type for n in proto.graph.node if n.op_type in slow), None)
+    return f"{found}: {slow[found]}" if found else None
+
+
+def _bookkept(proto: onnx.ModelProto, exporter: str) -> Optional[str]:
+    if exporter not in BOOKKEEPING_SHARE:
+        return None
+    threshold, reason = BOOKKEEPING_SHARE[exporter]
+    share = bookkeeping_share(proto)
+    return f"shape bookkeeping {share:.0%} of the nodes: {reason}" if share >= threshold else None
 
 
 def worth_timing(proto: onnx.ModelProto, exporter: str) -> Optional[str]:
     """Why the other exporter's graph may run faster than ``proto`` (``exporter``'s), or None: then the
     verified graph is kept without a second export."""
-    slow = TRY_THE_OTHER.get(exporter, {})
-    found = next((n.op_type for n in proto.graph.node if n.op_type in slow), None)
-    return f"{found}: {slow[found]}" if found else None
+    return next((why for why in (rule(proto, exporter) for rule in (_slow_op, _bookkept)) if why), None)
+
+
+# the element type an op gives, where it is not its first typed input's: comparisons give booleans ...
+_BOOL_OPS = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN",
+             "IsInf"}
+_INT64_OPS = {"Shape", "Size", "NonZero", "ArgMax", "ArgMin"}
+_ATTRIBUTE_TYPES = {"value_int": onnx.TensorProto.INT64, "value_ints": onnx.TensorProto.INT64,
+                    "value_float": onnx.TensorProto.FLOAT, "value_floats": onnx.TensorProto.FLOAT,
+                    "value_string": onnx.TensorProto.STRING, "value_strings": onnx.TensorProto.STRING}
+_INTEGER_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+                  onnx.TensorProto.UINT64, onnx.TensorProto.UINT32, onnx.TensorProto.UINT16,
+                  onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
+
+
+def _element_type(node: onnx.NodeProto, types: Mapping[str, int]) -> int:
+    """The element type of ``node``'s first output from its inputs' (0: unknown)."""
+    if node.op_type in _INT64_OPS:
+        return onnx.TensorProto.INT64
+    if node.op_type in _BOOL_OPS:
+        return onnx.TensorProto.BOOL
+    attrs = {a.name: a for a in node.attribute}
+    if node.op_type == "Cast":
+        return attrs["to"].i
+    if "value" in attrs and node.op_type in ("Constant", "ConstantOfShape"):
+        return attrs["value"].t.data_type
+    if node.op_type == "Constant":  # value_int(s), value_float(s), value_string(s)
+        return next((_ATTRIBUTE_TYPES[a] for a in attrs if a in _ATTRIBUTE_TYPES), 0)
+    if node.op_type == "ConstantOfShape":
+        return onnx.TensorProto.FLOAT
+    inputs = node.input[1:] if node.op_type == "Where" else node.input
+    return next((types[i] for i in inputs if types.get(i)), 0)
+
+
+def bookkeeping_share(proto: onnx.ModelProto) -> float:
+    """The share of the graph's nodes (``Constant`` aside: ONNX Runtime loads it as a weight) that compute
+    integers or booleans from the inputs' shapes alone, never from their values. Tables a rewrite builds from
+    the shapes (an antialiased resize's float weights) are the model's work, not bookkeeping."""
+    types = {t.name: t.data_type for t in proto.graph.initializer}
+    from_values = {i.name for i in proto.graph.input if i.name not in types}
+    counted = bookkeeping = 0
+    for node in proto.graph.node:
+        if node.op_type == "Constant":
+            types[node.output[0]] = _element_type(node, types)
+            continue
+        counted += 1
+        if node.op_type not in ("Shape", "Size") and any(i in from_values for i in node.input if i):
+            from_values.update(node.output)
+            continue
+        types.update((o, _element_type(node, types)) for o in node.output)
+        bookkeeping += types[node.output[0]] in _INTEGER_TYPES
+    return bookkeeping / counted if counted else 0.0
 
 
 def verification_feeds(subject) -> List[Dict[str, np.ndarray]]:
