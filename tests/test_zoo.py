@@ -31,9 +31,9 @@ EXPECTED = {
     "transformers ParakeetEncoder": ("ok", "export", "torchscript"),
     "transformers WhisperEncoder": ("ok", "ok", "torchscript"),
     "transformers FastSpeech2ConformerHifiGan": ("ok", "ok", "torchscript"),
-    "transformers MobileNetV2 (tf_padding)": ("numbers", "numbers", "torchscript"),
-    "transformers Mimi (encode)": ("export", "export", "torchscript"),
-    "transformers ClapAudioModel": ("ok", "ok", "torchscript"),
+    "transformers MobileNetV2 (tf_padding)": ("numbers", "numbers", "dynamo"),  # both timed: bookkeeping
+    "transformers Mimi (encode)": ("export", "export", ("torchscript", "dynamo")),  # both timed, close
+    "transformers ClapAudioModel": ("ok", "ok", "dynamo"),  # both timed: bookkeeping
     "transformers Qwen2.5-Omni ECAPA_TimeDelayNet": ("run", "ok", "dynamo"),
     "lucidrains conformer.Conformer": ("ok", "ok", "torchscript"),
     "onnx_compat Conformer (tiny)": ("ok", "export", "torchscript"),
@@ -115,7 +115,8 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
         assert not os.path.exists(path)
         return
     report = export(model, path, job["inputs"], job["outputs"], exporter="auto", cleanup=True)
-    assert report.exporter == (EXPECTED[name][2] if HAS_DYNAMO else "torchscript"), report.summary()
+    wanted = EXPECTED[name][2] if HAS_DYNAMO else "torchscript"
+    assert report.exporter in ((wanted,) if isinstance(wanted, str) else wanted), report.summary()
     assert report.nodes <= report.nodes_before_cleanup  # cleanup kept numbers and dims (verified after it)
     assert len(report.verification) == 3 and all(c["ok"] for c in report.verification)
     assert {c["sizes"]["batch"] for c in report.verification} >= {1}

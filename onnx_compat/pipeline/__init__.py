@@ -120,8 +120,8 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
 
 
 def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -> stages.Graph:
-    """``auto``: when the verified graph holds ops the latency benchmark found slow in this exporter's form
-    (``choose.worth_timing``), the other exporter is tried too and the graph that runs faster in ONNX Runtime
+    """``auto``: when the verified graph holds ops the latency benchmark found slow in this exporter's form, or
+    is half shape bookkeeping or more (``choose.worth_timing``), the other exporter is tried too and the graph that runs faster in ONNX Runtime
     is the one written, with the ratio in the report. Otherwise the first verified graph is kept unmeasured:
     a second export would cost more than the run time it saves (``docs/benchmarks.md``)."""
     reason = choose.worth_timing(used.proto, used.attempt.exporter) if request.exporter == "auto" else None
