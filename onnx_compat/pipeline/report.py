@@ -116,8 +116,10 @@ class Report:
         memory = self.peak_memory
         if not memory:
             return []
+        # below 16 MiB of weights the exporters' own working memory (tens of MiB) is what the peak measures:
+        # a ratio to the weights would read hundreds of times and say nothing about them
         ratio = f" = {memory['over_weights']:.1f}x the weights ({memory['weights_bytes'] / 2**20:.0f} MiB)" \
-            if memory.get("over_weights") is not None else ""
+            if memory.get("over_weights") is not None and memory.get("weights_bytes", 0) >= 16 * 2**20 else ""
         stages = memory.get("stages") or {}
         where = f", during {max(stages, key=stages.get)}" if stages else ""
         approx = "" if memory.get("method") == "VmHWM reset" else f" ({memory.get('method')})"
