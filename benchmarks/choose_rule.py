@@ -39,7 +39,6 @@ from readme_block import add_write_option, write_marked  # noqa: E402
 import onnx_compat  # noqa: E402
 from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: E402
 from onnx_compat.pipeline.choose import bookkeeping_share, worth_timing  # noqa: E402
-from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
 from onnx_compat.spec import make_inputs  # noqa: E402
 
 # the base models' structure at tiny width: 12 layers, the 7-conv feature encoder (more length arithmetic)
@@ -107,13 +106,7 @@ def rewrite_rows() -> List[Row]:
     rows = []
     for name, (build, export, check) in op_tail.cases().items():
         def graph(exporter, build=build, export=export, check=check):
-            model = build()
-            with onnx_compat.patched():
-                proto = export(model, exporter)
-            if exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node):
-                proto = cleanup(proto)
-            check(proto, model)
-            return proto
+            return rewrite_latency.patched_graph(build, export, check, exporter)
 
         def feeds(name=name):
             return {f"x{i}": a.numpy() for i, a in enumerate(rewrite_latency._timing_args(name))}

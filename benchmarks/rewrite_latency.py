@@ -51,15 +51,21 @@ def _timing_args(name: str):
     return case.inputs(4, 160 if 2 in case.dynamic.get(0, {}) else 400, 0)  # images: height and width
 
 
-def _graphs(build, export, check, exporter) -> Dict[str, object]:
-    """Patched (cleaned) and unpatched graphs of one case with one exporter; a string says why one is absent."""
-    model = build()
+def patched_graph(build, export, check, exporter, model=None):
+    """One case's patched graph, cleaned as the pipeline cleans it, checked against the eager model."""
+    model = build() if model is None else model
     with onnx_compat.patched():
         patched = export(model, exporter)
     if exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in patched.graph.node):
         patched = cleanup(patched)
     check(patched, model)
-    out: Dict[str, object] = {f"ours {exporter}": patched}
+    return patched
+
+
+def _graphs(build, export, check, exporter) -> Dict[str, object]:
+    """Patched (cleaned) and unpatched graphs of one case with one exporter; a string says why one is absent."""
+    model = build()
+    out: Dict[str, object] = {f"ours {exporter}": patched_graph(build, export, check, exporter, model)}
     try:
         plain = export(build(), exporter)
     except Exception:  # noqa: BLE001 - the outcome is the cell

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import onnx_compat
-from onnx_compat.patches.shape_libraries import elementwise, _OPS
+from onnx_compat.patches.shape_libraries import ELEMENTWISE, elementwise
 
 from helpers import EXPORTERS, PatternCases, vanilla_failure
 
@@ -169,7 +169,7 @@ FORMS = [
 def test_einx_forms_match_einx(op, description, shapes):
     g = torch.Generator().manual_seed(len(description))
     tensors = [torch.rand(*s, generator=g) + 0.5 for s in shapes]
-    got = elementwise(_OPS[op], description, tensors)
+    got = elementwise(ELEMENTWISE[op], description, tensors)
     want = getattr(einx, op)(description, *tensors)
     assert got is not None, f"{description}: left to einx"
     assert got.shape == want.shape and torch.equal(got, want), f"{description}: {got.shape} vs {want.shape}"
@@ -183,7 +183,7 @@ def test_einx_forms_match_einx(op, description, shapes):
 ])
 def test_forms_outside_the_patch_go_to_einx(description, shapes):
     tensors = [torch.rand(*s) for s in shapes]
-    assert elementwise(_OPS["add"], description, tensors) is None
+    assert elementwise(ELEMENTWISE["add"], description, tensors) is None
 
 
 def test_axis_sizes_given_as_keywords_go_to_einx():

@@ -167,7 +167,7 @@ def _chained(fn: Callable) -> Callable:
     return lambda *xs: functools.reduce(fn, xs)
 
 
-_OPS = {
+ELEMENTWISE = {
     "add": _chained(torch.add), "multiply": _chained(torch.mul), "maximum": _chained(torch.maximum),
     "minimum": _chained(torch.minimum), "logical_and": _chained(torch.logical_and),
     "logical_or": _chained(torch.logical_or), "logaddexp": _chained(torch.logaddexp),
@@ -180,7 +180,7 @@ _OPS = {
 def _einx_op(wrapped, instance, args, kwargs):
     if kwargs or not args or not isinstance(args[0], str):
         return wrapped(*args, **kwargs)  # axis sizes or a backend given: einx's own business
-    result = elementwise(_OPS[wrapped.__name__], args[0], args[1:])
+    result = elementwise(ELEMENTWISE[wrapped.__name__], args[0], args[1:])
     return wrapped(*args, **kwargs) if result is None else result
 
 
@@ -188,7 +188,7 @@ register(Patch(
     name="einx_elementwise",
     description="einx's elementwise ops (add, subtract, multiply, divide, where, comparisons ...) keep batch "
                 "and time dynamic: operands permuted and broadcast by torch instead of compiled for int shapes",
-    targets=tuple(f"einx:{name}" for name in _OPS),
+    targets=tuple(f"einx:{name}" for name in ELEMENTWISE),
     wrapper=_einx_op,
     when="export",
     library="einx",

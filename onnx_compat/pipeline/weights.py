@@ -90,6 +90,36 @@ def _location(proto: onnx.ModelProto) -> Optional[str]:
     return places.pop() if places else None
 
 
+def _append_aligned(out, tensor: onnx.TensorProto, data: str, chunk) -> None:
+    """``chunk`` written at the next aligned offset of the open data file ``out``, ``tensor`` pointed at it."""
+    offset = -(-out.tell() // _ALIGN) * _ALIGN
+    out.seek(offset)
+    out.write(chunk)
+    _point(tensor, data, offset, out.tell() - offset)
+
+
+class _ExternalBytes:
+    """The bytes of external tensors whose files lie in ``base``, each file opened once."""
+
+    def __init__(self, base: str) -> None:
+        self.base, self.handles = base, {}
+
+    def read(self, tensor: onnx.TensorProto) -> bytes:
+        info = ExternalDataInfo(tensor)
+        if info.location not in self.handles:
+            self.handles[info.location] = open(os.path.join(self.base, info.location), "rb")
+        source = self.handles[info.location]
+        source.seek(info.offset or 0)
+        return source.read(info.length) if info.length else source.read()
+
+    def __enter__(self) -> "_ExternalBytes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles.values():
+            handle.close()
+
+
 class WeightsFolder:
     """The private folder beside ``path`` where graphs of this export keep their weights.
 
@@ -130,30 +160,17 @@ class WeightsFolder:
         if self._move_single_file(proto, base, data):
             shutil.rmtree(base, ignore_errors=True)
             return proto
-        handles = {}
-        try:
-            with open(os.path.join(self.dir, data), "wb") as out:
-                for tensor in proto.graph.initializer:
-                    if uses_external_data(tensor):
-                        info = ExternalDataInfo(tensor)
-                        if info.location not in handles:
-                            handles[info.location] = open(os.path.join(base, info.location), "rb")
-                        source = handles[info.location]
-                        source.seek(info.offset or 0)
-                        chunk = source.read(info.length) if info.length else source.read()
-                    elif len(tensor.raw_data) >= 1024:
-                        chunk = tensor.raw_data
-                        tensor.ClearField("raw_data")
-                    else:
-                        continue
-                    offset = -(-out.tell() // _ALIGN) * _ALIGN
-                    out.seek(offset)
-                    out.write(chunk)
-                    del chunk
-                    _point(tensor, data, offset, out.tell() - offset)
-        finally:
-            for handle in handles.values():
-                handle.close()
+        with _ExternalBytes(base) as external, open(os.path.join(self.dir, data), "wb") as out:
+            for tensor in proto.graph.initializer:
+                if uses_external_data(tensor):
+                    chunk = external.read(tensor)
+                elif len(tensor.raw_data) >= 1024:
+                    chunk = tensor.raw_data
+                    tensor.ClearField("raw_data")
+                else:
+                    continue
+                _append_aligned(out, tensor, data, chunk)
+                del chunk
         if base != self.dir:
             shutil.rmtree(base, ignore_errors=True)
         return proto
@@ -172,10 +189,7 @@ class WeightsFolder:
                 if chunk.nbytes < 1024:
                     tensor.raw_data = chunk.tobytes()
                 else:
-                    offset = -(-out.tell() // _ALIGN) * _ALIGN
-                    out.seek(offset)
-                    out.write(chunk)
-                    _point(tensor, data, offset, chunk.nbytes)
+                    _append_aligned(out, tensor, data, chunk)
                 del chunk
                 proto.graph.initializer.append(tensor)
         del proto.graph.input[:]
@@ -254,29 +268,19 @@ def write_inline(proto: onnx.ModelProto, base: str, path: str) -> None:
     shell = onnx.ModelProto()
     shell.CopyFrom(proto)
     del shell.graph.initializer[:]
-    handles = {}
-    try:
-        with open(path, "wb") as out:
-            out.write(shell.SerializeToString())
-            del shell
-            for tensor in proto.graph.initializer:
-                piece = onnx.ModelProto()
-                inside = piece.graph.initializer.add()
-                inside.CopyFrom(tensor)
-                if uses_external_data(tensor):
-                    info = ExternalDataInfo(tensor)
-                    if info.location not in handles:
-                        handles[info.location] = open(os.path.join(base, info.location), "rb")
-                    source = handles[info.location]
-                    source.seek(info.offset or 0)
-                    del inside.external_data[:]
-                    inside.data_location = onnx.TensorProto.DEFAULT
-                    inside.raw_data = source.read(info.length) if info.length else source.read()
-                out.write(piece.SerializeToString())
-                del piece, inside
-    finally:
-        for handle in handles.values():
-            handle.close()
+    with _ExternalBytes(base) as external, open(path, "wb") as out:
+        out.write(shell.SerializeToString())
+        del shell
+        for tensor in proto.graph.initializer:
+            piece = onnx.ModelProto()
+            inside = piece.graph.initializer.add()
+            inside.CopyFrom(tensor)
+            if uses_external_data(tensor):
+                del inside.external_data[:]
+                inside.data_location = onnx.TensorProto.DEFAULT
+                inside.raw_data = external.read(tensor)
+            out.write(piece.SerializeToString())
+            del piece, inside
 
 
 def _into_place(source: str, target: str) -> None:
