@@ -16,8 +16,6 @@ if tuple(int(p) for p in _re.findall(r"\d+", _torch.__version__)[:2]) < (2, 0):
                       "(pip install 'torch>=2.0')")
 
 from onnx_compat import _moved  # noqa: E402
-from onnx_compat.contracts.rasr import check_rasr  # noqa: E402
-from onnx_compat.diagnosis import diagnose  # noqa: E402
 from onnx_compat.errors import (CaptureError, Culprit, DimSpecialized, ExportError, OnnxCompatError,  # noqa: E402
                                 RuntimeUnavailable, SpecError, SpectralError, TargetError, VerificationError)
 from onnx_compat.graph import describe  # noqa: E402
@@ -26,8 +24,6 @@ from onnx_compat.pipeline import export  # noqa: E402
 from onnx_compat.pipeline.report import Attempt, Report  # noqa: E402
 from onnx_compat.pipeline.verification import verify  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
-from onnx_compat.streaming import (NotStreamable, StateSpec, StreamingError, StreamMismatch,  # noqa: E402
-                                   export_streaming, streamify)
 
 _moved.install()
 
@@ -39,7 +35,13 @@ __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "Tensor
            "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]
 
 
-_LAZY = {"quantize": ("onnx_compat.quantization", "quantize"),  # ONNX Runtime's quantization tools load on use
+# Names whose layers load on first use: an export needs none of them, and a process (the CLI, a
+# job that exports one model) should not pay for the consumers, diagnosis, streaming and quantization.
+_LAZY = {"check_rasr": ("onnx_compat.contracts.rasr", "check_rasr"),
+         "diagnose": ("onnx_compat.diagnosis", "diagnose"),
+         **{name: ("onnx_compat.streaming", name) for name in ("export_streaming", "StateSpec", "streamify",
+                                                               "StreamingError", "StreamMismatch", "NotStreamable")},
+         "quantize": ("onnx_compat.quantization", "quantize"),
          "QuantizationError": ("onnx_compat.quantization", "QuantizationError"),
          "QuantReport": ("onnx_compat.quantization", "QuantReport"),
          "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),

@@ -21,17 +21,13 @@ import numpy as np
 import onnx
 import torch
 
-from onnx_compat.contracts.rasr import check_rasr
-from onnx_compat.diagnosis import diagnose
-from onnx_compat.factories import call_factory
+from onnx_compat.factories import FactoryError, call_factory
 from onnx_compat.graph import describe
 from onnx_compat.huggingface import HFError, cli as hf_cli
 from onnx_compat.pipeline import export
 from onnx_compat.pipeline.files import check_writable, write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.verification import session, verify
-from onnx_compat.quantization import cli as quantize_cli
-from onnx_compat.streaming import cli as streaming_cli
 
 
 class UsageError(Exception):
@@ -78,13 +74,13 @@ def _pairs(items: Optional[List[str]], what: str, cast=str) -> dict:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(verb: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line; with ``verb``, that verb's options alone, so a command loads only its own layers."""
     p = argparse.ArgumentParser(prog="onnx-compat", description="Export PyTorch models to ONNX and prove them.")
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_export_parser, _verify_parser, _diagnose_parser, _inspect_parser, _repair_parser):
-        add(sub)
-    streaming_cli.add_parser(sub)
-    quantize_cli.add_parser(sub)
+    for name, add in PARSERS.items():
+        if verb in (None, name):
+            add(sub)
     return p
 
 
@@ -251,6 +247,7 @@ def _verify(args) -> int:
 
 
 def _diagnose(args) -> int:
+    from onnx_compat.diagnosis import diagnose
     model, inputs, outputs, examples = load_factory(args.factory)
     found = diagnose(model, inputs, outputs, exporter=args.exporter, sizes=_pairs(args.size, "--size", int),
                      examples=load_examples(args.examples) or examples, atol=args.atol, rtol=args.rtol)
@@ -268,6 +265,7 @@ def _repair(args) -> int:
 
 
 def _inspect(args) -> int:
+    from onnx_compat.contracts.rasr import check_rasr
     info = describe(args.onnx, dynamic=_dynamic(args.dynamic))
     info["rasr"] = check_rasr(args.onnx, features=args.features, features_size=args.features_size or None,
                               output=args.output).to_dict()
@@ -275,19 +273,35 @@ def _inspect(args) -> int:
     return 0
 
 
+def _streaming_cli():
+    from onnx_compat.streaming import cli
+    return cli
+
+
+def _quantize_cli():
+    from onnx_compat.quantization import cli
+    return cli
+
+
+PARSERS = {"export": _export_parser, "verify": _verify_parser, "diagnose": _diagnose_parser,
+           "inspect": _inspect_parser, "repair": _repair_parser,
+           "export-streaming": lambda sub: _streaming_cli().add_parser(sub),
+           "quantize": lambda sub: _quantize_cli().add_parser(sub)}
 VERBS = {"export": _export, "verify": _verify, "diagnose": _diagnose, "repair": _repair, "inspect": _inspect,
-         "export-streaming": lambda args: streaming_cli.run(args), "quantize": lambda args: quantize_cli.run(args)}
+         "export-streaming": lambda args: _streaming_cli().run(args),
+         "quantize": lambda args: _quantize_cli().run(args)}
 
 
 def run(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(argv[0] if argv and argv[0] in PARSERS else None).parse_args(argv)
     return VERBS[args.command](args)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return run(argv)
-    except (UsageError, streaming_cli.FactoryError, HFError) as exc:
+    except (UsageError, FactoryError, HFError) as exc:
         print(f"onnx-compat: usage error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # one clear line for a pipeline's log, and the module at fault when known

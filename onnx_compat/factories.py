@@ -10,6 +10,11 @@ import importlib
 from typing import Type
 
 
+class FactoryError(ValueError):
+    """The FACTORY cannot be imported or does not return what its verb needs (``export-streaming``'s usage error;
+    here so the CLI can name it without loading the streaming layer)."""
+
+
 def call_factory(spec: str, error: Type[Exception]):
     """What ``spec``'s function returns; ``error`` (the verb's usage error) names what is wrong with ``spec``."""
     module_name, _, func_name = spec.partition(":")

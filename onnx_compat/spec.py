@@ -9,6 +9,7 @@ and their lengths are computed by the model, not copied.
 from __future__ import annotations
 
 import inspect
+import operator
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -44,7 +45,23 @@ class Dim:
             raise ValueError(f"Dim {self.name!r}: no multiple of {self.multiple} lies in [{self.min}, {self.max}]")
 
 
-DimLike = Union[Dim, int, None]  # None: an output dim taken from what the model returns
+DimLike = Union[Dim, str, int, None]  # a str names a Dim; None: an output dim taken from what the model returns
+
+
+def _checked_dim(tensor: str, axis: int, dim) -> DimLike:
+    """A dim as the pipeline uses it: a name (what ``dynamic_axes`` takes) becomes its ``Dim``."""
+    if isinstance(dim, str):
+        return Dim(dim)
+    if dim is None or isinstance(dim, Dim):
+        return dim
+    try:
+        size = operator.index(dim)  # an int, numpy's too; not a float or a bool
+    except TypeError:
+        size = None
+    if size is None or isinstance(dim, bool) or size < 0:
+        raise SpecError(f"{tensor}: dim {axis} is {dim!r}; a dim is a Dim (or its name), a size (int >= 0), or None "
+                        "for an output dim the model decides")
+    return size
 
 
 def size_name(name: str, axis: int) -> str:
@@ -76,7 +93,7 @@ class TensorSpec:
     values: Optional[Tuple[float, float]] = None
 
     def __post_init__(self) -> None:
-        self.dims = tuple(self.dims)
+        self.dims = tuple(_checked_dim(self.name, axis, d) for axis, d in enumerate(self.dims))
         self.lengths = tuple(self.lengths)
         if self.lengths_dtype not in (torch.int32, torch.int64):
             raise SpecError(f"{self.name}: lengths_dtype must be torch.int32 or torch.int64")

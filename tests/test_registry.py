@@ -328,3 +328,63 @@ def test_a_patch_steps_aside_where_torch_does_it_right(scratch):
     assert seen == [6, 7]  # not yet: the wrapper ran
     with pytest.raises(ValueError, match="native= takes exporters"):
         Patch(name="bad_native", targets=(), wrapper=lambda w, i, a, k: None, description="x", native={"tvm": "2.0"})
+
+
+def test_an_on_import_target_is_patched_when_its_module_loads_inside_the_block(tmp_path, monkeypatch):
+    """A target in a module nobody has imported is not imported to patch it; it is patched if the module
+    loads while the patch is in place, and only then. Afterwards nothing of the mechanism is left."""
+    (tmp_path / "onnx_compat_late_module.py").write_text("def triple(x):\n    return x * 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "onnx_compat_late_module", raising=False)
+    patch = Patch(name="late_target", targets=("onnx_compat_late_module:triple",), on_import=(
+        "onnx_compat_late_module:triple",), wrapper=lambda w, i, a, k: w(*a, **k) + 1, description="x", when="always")
+    registry.register(patch)
+    finders = list(sys.meta_path)
+    try:
+        with onnx_compat.patched(only=["late_target"]):
+            assert "onnx_compat_late_module" not in sys.modules  # not imported to be patched
+            import onnx_compat_late_module as late
+            assert late.triple(2) == 7 and isinstance(late.triple, wrapt.FunctionWrapper)
+            assert late.__loader__ is late.__spec__.loader and type(late.__loader__).__module__.startswith("_frozen")
+        assert late.triple(2) == 6 and not isinstance(late.triple, wrapt.FunctionWrapper)
+        assert sys.meta_path == finders
+        with onnx_compat.patched(only=["late_target"]):  # loaded now: patched at entry like any target
+            assert late.triple(2) == 7
+        del sys.modules["onnx_compat_late_module"]
+        with onnx_compat.patched(only=["late_target"]):
+            pass
+        import onnx_compat_late_module as late  # loaded after the block: untouched
+        assert late.triple(2) == 6 and sys.meta_path == finders
+    finally:
+        registry._REGISTRY.pop("late_target")
+    with pytest.raises(ValueError, match="on_import names targets it does not have"):
+        Patch(name="bad_on_import", targets=(), on_import=("m:f",), wrapper=lambda w, i, a, k: None, description="x")
+
+
+def test_a_torchscript_export_does_not_load_the_dynamo_exporter():
+    """The dynamo exporter's modules (dynamo, sympy: about 1 s) load only for a dynamo export; in a fresh
+    process a TorchScript export of a patched model leaves them unloaded, and a dynamo export after it
+    still gets the patch on its own module."""
+    code = """
+import sys, tempfile, os, inspect, torch, wrapt, onnx_compat
+from onnx_compat import TensorSpec
+seen = []
+class M(torch.nn.Module):
+    def forward(self, x):
+        nsu = sys.modules.get("torch._export.non_strict_utils")
+        seen.append(nsu and isinstance(inspect.getattr_static(nsu._NonStrictTorchFunctionHandler,
+                                                              "__torch_function__"), wrapt.FunctionWrapper))
+        return torch.nn.functional.conv1d(x, torch.ones(2, 2, 3), padding="same")
+spec = ([TensorSpec("x", ["batch", 2, "time"])], [TensorSpec("y", ["batch", 2, "time"])])
+with tempfile.TemporaryDirectory() as d:
+    onnx_compat.export(M(), os.path.join(d, "t.onnx"), *spec, exporter="torchscript")
+    print(sorted(m for m in ("torch._dynamo", "sympy", "torch._export.non_strict_utils") if m in sys.modules))
+    onnx_compat.export(M(), os.path.join(d, "d.onnx"), *spec, exporter="dynamo")
+print(any(seen))  # in the forward the dynamo exporter traces (the eager runs are outside the block)
+"""
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == "[]", f"loaded by a TorchScript export: {lines[-2]}"
+    assert lines[-1] == "True", "the dynamo exporter's torch function handler was not patched when it loaded"

@@ -1,9 +1,12 @@
 """Specs, names and example inputs."""
+import re
+
+import numpy as np
 import pytest
 import torch
 
 import onnx_compat
-from onnx_compat import Dim, TensorSpec
+from onnx_compat import Dim, SpecError, TensorSpec
 from onnx_compat.spec import dim_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
 from models import NamedArgs, named_specs, subsample_specs
@@ -181,3 +184,13 @@ def test_a_bad_example_is_one_error_naming_the_input_before_any_export(change, m
     with pytest.raises(onnx_compat.SpecError, match=message):
         onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, examples=[example])
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_dim_named_by_a_string_is_that_dim_and_a_bad_dim_is_named():
+    """``["batch", 4, "time"]`` is what ``dynamic_axes`` users write: it means ``Dim("batch")``, ``Dim("time")``."""
+    spec = TensorSpec("x", ["batch", np.int64(4), "time"])
+    assert spec.dims == (Dim("batch"), 4, Dim("time")) and type(spec.dims[1]) is int
+    assert TensorSpec("y", ["batch", None]).dims == (Dim("batch"), None)
+    for bad in (4.0, True, -1, [3]):
+        with pytest.raises(SpecError, match=rf"x: dim 1 is {re.escape(repr(bad))}; a dim is a Dim"):
+            TensorSpec("x", ["batch", bad])

@@ -32,10 +32,7 @@ from onnx_compat.patches.registry import Patch, register
 from ._deps import torchscript_exporting
 from ._warning_site import said_at
 
-try:
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode as _DataDependent
-except ImportError:  # torch without symbolic shapes: nothing of this kind is ever raised
-    _DataDependent = ()
+_SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 
 # A conditional jump taken when the value is True (the suffix names it), by Python release.
 _JUMP_IF = {f"POP_JUMP{kind}_IF_{v}": v == "TRUE" for kind in ("", "_FORWARD", "_BACKWARD") for v in ("TRUE", "FALSE")}
@@ -125,12 +122,20 @@ def _symbolic_bool(wrapped, instance, args, kwargs):
     _depth.value = getattr(_depth, "value", 0) + 1
     try:
         return wrapped(*args, **kwargs)
-    except _DataDependent as exc:
-        if _depth.value > 1:
+    except Exception as exc:  # noqa: BLE001 - only a guard on a data-dependent value is a check's to take
+        if _depth.value > 1 or not _data_dependent(exc):
             raise
         return _as_check(instance, exc)
     finally:
         _depth.value -= 1
+
+
+def _data_dependent(exc: BaseException) -> bool:
+    """Whether ``exc`` is symbolic shapes' guard on a data-dependent value. Its module is looked up, not
+    imported: importing it (and sympy) costs 0.3 s, and a process that has not loaded it cannot have raised it."""
+    shapes = sys.modules.get(_SYMBOLIC_SHAPES)
+    cls = getattr(shapes, "GuardOnDataDependentSymNode", None)
+    return cls is not None and isinstance(exc, cls)
 
 
 def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:

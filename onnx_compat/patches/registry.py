@@ -28,7 +28,7 @@ import wrapt
 
 from onnx_compat import versions
 
-from onnx_compat.patches import when
+from onnx_compat.patches import on_import, when
 from onnx_compat.patches.changes import Changes
 
 Wrapper = Callable  # (wrapped, instance, args, kwargs) -> result
@@ -53,7 +53,10 @@ class Patch:
     release whose exporter gets this right by itself (measured by ``make
     test-matrix``); from there on the patch steps aside under that exporter.
     ``min_torch``: the first torch release the patch works with; older ones
-    report it unavailable, naming that release.
+    report it unavailable, naming that release. ``on_import``: targets in an
+    exporter's own modules, never imported here (``on_import.py`` says why):
+    patched when their module is loaded at entry or loads while the patch is
+    in place; like ``optional`` ones, they may be missing.
     """
 
     name: str
@@ -68,6 +71,7 @@ class Patch:
     signature: Optional[Sequence[str]] = None
     native: Mapping[str, str] = field(default_factory=dict)
     min_torch: Optional[str] = None
+    on_import: Sequence[str] = ()
     # runtime state, owned by the registry
     _count: int = field(default=0, repr=False)
     _changes: Optional[Changes] = field(default=None, repr=False)
@@ -76,6 +80,9 @@ class Patch:
     def __post_init__(self) -> None:
         if self.when not in when.WHEN:
             raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(when.WHEN)}")
+        if not set(self.on_import) <= set(self.targets):
+            raise ValueError(f"patch {self.name!r}: on_import names targets it does not have: "
+                             f"{sorted(set(self.on_import) - set(self.targets))}")
         unknown = set(self.native) - {"dynamo", "torchscript"}
         if unknown:
             raise ValueError(f"patch {self.name!r}: native= takes exporters 'dynamo'/'torchscript', not {sorted(unknown)}")
@@ -91,7 +98,8 @@ class Patch:
         """Required targets this torch does not have (a library's targets are never required)."""
         if self.library:
             return []
-        return [t for t in self.targets if t not in self.optional and _resolve(t) is None]
+        return [t for t in self.targets
+                if t not in self.optional and t not in self.on_import and _resolve(t) is None]
 
     def unavailable(self) -> Optional[str]:
         """Why this patch cannot be used here, or None."""
@@ -105,7 +113,7 @@ class Patch:
         if missing:
             return f"torch {torch.__version__} lacks {', '.join(missing)}"
         for target in self.targets:
-            found = _resolve(target, load=not self.library)
+            found = _resolve(target, load=self._loads(target))
             if found is None or self.signature is None:
                 continue
             names = _parameter_names(getattr(*found))
@@ -114,6 +122,10 @@ class Patch:
                 return (f"{target} in {self.library or 'torch'} {version} takes ({', '.join(names)}), "
                         f"not ({', '.join(self.signature)}, ...)")
         return None
+
+    def _loads(self, target: str) -> bool:
+        """Whether finding ``target`` may import its module."""
+        return not self.library and target not in self.on_import
 
     def gate(self, wrapped, instance, args, kwargs):
         if self._count and self._active() and not any(native() for native in self._native):
@@ -219,20 +231,35 @@ def _apply(patch: Patch) -> Dict[int, Tuple[object, object]]:
     proxies: Dict[int, object] = {}
     try:
         for target in patch.targets:
-            found = _resolve(target, load=not patch.library)
-            if found is None:
-                continue  # optional and absent here, or a library module not loaded
-            owner, attr = found
-            original = _own_value(owner, attr)
-            if id(original) not in proxies:
-                proxies[id(original)] = (original, wrapt.FunctionWrapper(original, patch.gate))
-            changes.setattr(owner, attr, proxies[id(original)][1])
+            found = _resolve(target, load=patch._loads(target))
+            if found is not None:
+                _swap(patch, found, changes, proxies)
+            elif target in patch.on_import and target.partition(":")[0] not in sys.modules:
+                on_import.wait(target.partition(":")[0], patch, lambda t=target: _swap_loaded(patch, t))
         patch._script_ids = _register_for_script(proxies.values())
     except BaseException:
+        on_import.forget(patch)
         changes.undo()
         raise
     patch._changes = changes
     return proxies
+
+
+def _swap(patch: Patch, found: Tuple[object, str], changes: Changes, proxies: Dict[int, object]) -> None:
+    """Put ``patch``'s wrapper where ``found`` (owner, attr) is; one wrapper per original object."""
+    owner, attr = found
+    original = _own_value(owner, attr)
+    if id(original) not in proxies:
+        proxies[id(original)] = (original, wrapt.FunctionWrapper(original, patch.gate))
+    changes.setattr(owner, attr, proxies[id(original)][1])
+
+
+def _swap_loaded(patch: Patch, target: str) -> None:
+    """An ``on_import`` target whose module has just loaded, if the patch is still in place."""
+    with _LOCK:
+        found = _resolve(target, load=False)
+        if patch._count and patch._changes is not None and found is not None:
+            _swap(patch, found, patch._changes, {})
 
 
 def _rebind_aliases(applied: Sequence[Tuple[Patch, Dict[int, Tuple[object, object]]]]) -> None:
@@ -281,6 +308,7 @@ def _register_for_script(pairs: Iterable[Tuple[object, object]]) -> List[int]:
 
 
 def _restore(patch: Patch) -> None:
+    on_import.forget(patch)
     table, _ = _script_table()
     if table is not None:
         for proxy_id in patch._script_ids:

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_compat.factories import call_factory
+from onnx_compat.factories import FactoryError, call_factory
 
 from .api import export_streaming
 
 REQUIRED = ("step", "inputs", "states", "outputs")
 OPTIONAL = ("full_forward", "init_states", "chunk", "shift", "right_context", "none_first", "module", "time_axis")
-
-
-class FactoryError(ValueError):
-    """The FACTORY cannot be imported or does not return what ``export_streaming`` needs."""
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
