@@ -21,5 +21,5 @@ setup(
                  "sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
         "consumers": ["sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
     },
-    entry_points={"console_scripts": ["onnx-compat=onnx_compat.cli:main"]},
+    entry_points={"console_scripts": ["onnx-compat=onnx_compat.cli:command"]},
 )

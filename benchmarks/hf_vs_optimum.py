@@ -1,6 +1,6 @@
 """``onnx-compat export hf:DIR`` against ``optimum-cli export onnx`` on the same tiny checkpoints, side by side.
 
-    .venv/bin/python benchmarks/hf_vs_optimum.py --optimum-python /work/scratch/hf/venv/bin/python
+    .venv/bin/python benchmarks/hf_vs_optimum.py --optimum-python /work/scratch/hf/venv/bin/python [--same-env]
 
 ``--optimum-python``: an interpreter whose environment has ``optimum-onnx``
 (optimum does not run with transformers 5; its venv has the transformers 4
@@ -8,7 +8,16 @@ it accepts, and torch 2.13.0). The checkpoints are random-init tiny models
 built by that interpreter (so both transformers releases read them). Each
 tool runs as its own command, timed as a user waits for it (start to end),
 ``--rounds`` times in alternating order; the table has the medians and our
-ratio to optimum's.
+ratio to optimum's. Ours is ``onnx-compat export hf:DIR`` run by this
+interpreter (our test environment, transformers 5) and, with
+``--same-env``, also by optimum's interpreter from this checkout (that
+environment then needs our dependencies, ``wrapt`` and ``onnxscript``): the
+same transformers and torch for both tools, so the two differ only in what
+the tools do. Importing transformers 5 takes about 0.3 s longer than
+transformers 4 on this machine, which the first row pays and optimum does not.
+Our package's bytecode is compiled first, as ``pip install`` does; an
+editable checkout under ``PYTHONDONTWRITEBYTECODE`` would compile every
+module of ours in every process, and optimum's never.
 Then both models get the same padded batch at a batch size and lengths
 neither export saw, made by the checkpoint's own feature extractor, and are
 compared with transformers' eager model given the attention mask where its
@@ -128,7 +137,29 @@ def measure(path: str, batch, expected, frames) -> dict:
             "mask": any(n in ("attention_mask", "data:size1") for n in names), "frames_dim": frames_dim}
 
 
-def run_one(name, spec, work, optimum_python, exporter, rounds=3) -> list:
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def ours_command(python: str, folder: str, task: str, out: str, exporter: str) -> list:
+    """``onnx-compat export hf:DIR`` as the console script runs it (``onnx_compat.cli:main``)."""
+    return [python, "-m", "onnx_compat.cli", "export", f"hf:{folder}", "--task", task, "--out", out,
+            "--exporter", exporter]
+
+
+def prepare_ours(python: str) -> dict:
+    """The environment ``python`` runs our checkout in, its bytecode compiled (as an installed package's is)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    missing = subprocess.run([python, "-c", "import importlib.util as u; print(' '.join(m for m in ('wrapt', "
+                              "'onnxscript', 'onnxruntime', 'transformers') if u.find_spec(m) is None))"],
+                             env=env, capture_output=True, text=True, check=True).stdout.split()
+    if missing:
+        raise SystemExit(f"{python} lacks {', '.join(missing)}: --same-env runs our checkout there")
+    subprocess.run([python, "-m", "compileall", "-q", os.path.join(ROOT, "onnx_compat")], env=env, check=True,
+                   capture_output=True)
+    return env
+
+
+def run_one(name, spec, work, optimum_python, exporter, rounds=5, same_env=False) -> list:
     """Each tool ``rounds`` times, in alternating order (ours first in even rounds), the median wall time;
     a burst of load on the shared machine then falls on both alike."""
     model_type, task, opt_task, opt_file, ref_cls, attr = spec
@@ -137,27 +168,29 @@ def run_one(name, spec, work, optimum_python, exporter, rounds=3) -> list:
     subprocess.run([optimum_python, "-c", _BUILD, json.dumps(checkpoint_spec(model_type, task)), folder], env=env,
                    check=True, capture_output=True)
     batch, expected, frames = reference(folder, ref_cls, attr, task == "speech-encoder")
-    ours = os.path.join(folder + "_ours", "model.onnx")
-    os.makedirs(os.path.dirname(ours))
+    tools = []
+    for label, python in [("onnx-compat", sys.executable)] + \
+            ([("onnx-compat, optimum's env", optimum_python)] if same_env else []):
+        ours = os.path.join(folder + f"_ours{len(tools)}", "model.onnx")
+        os.makedirs(os.path.dirname(ours))
+        tools.append((label, ours_command(python, folder, task, ours, exporter), ours, prepare_ours(python)))
     cli = os.path.join(os.path.dirname(optimum_python), "optimum-cli")
-    tools = [("onnx-compat", [sys.executable, "-m", "onnx_compat.huggingface.cli", f"hf:{folder}", "--task", task,
-                              "--out", ours, "--exporter", exporter], ours)]
     for k, (label, extra) in enumerate(optimum_attempts(folder, task)):
         opt_dir = folder + f"_optimum{k}"
         tools.append((label, [cli, "export", "onnx", "--model", folder, "--task", opt_task, *extra, opt_dir],
-                      os.path.join(opt_dir, opt_file)))
-    seconds = {label: [] for label, _, _ in tools}
+                      os.path.join(opt_dir, opt_file), env))
+    seconds = {label: [] for label, _, _, _ in tools}
     failed = {}
     for r in range(rounds):
-        for label, command, _ in (tools if r % 2 == 0 else tools[::-1]):
+        for label, command, _, tool_env in (tools if r % 2 == 0 else tools[::-1]):
             if label in failed:
                 continue
             try:
-                seconds[label].append(timed(command, env))
+                seconds[label].append(timed(command, tool_env))
             except RuntimeError as exc:
                 failed[label] = str(exc).split("failed: ")[-1]
     rows = []
-    for label, _, path in tools:
+    for label, _, path, _ in tools:
         if label in failed:
             rows.append((label, float("nan"), {"error": failed[label]}))
         else:
@@ -178,14 +211,14 @@ def table(results) -> str:
     lines = ["| model | tool | export s (median) | ours / optimum | nodes | max abs err, padded B=3 at new lengths "
              "| lengths out | mask/lengths in | output frames dim |", "|---|---|---:|---:|---:|---:|---|---|---|"]
     for name, rows in results:
-        peer = [s for tool, s, m in rows if tool != "onnx-compat" and "error" not in m]
+        peer = [s for tool, s, m in rows if not tool.startswith("onnx-compat") and "error" not in m]
         for tool, seconds, m in rows:
             if "error" in m:
                 lines.append(f"| {name} | {tool} | - | | - | fails: {m['error']} | | | |")
                 continue
-            ratio = f"**{seconds / min(peer):.2f}x**" if tool == "onnx-compat" and peer else ""
+            ratio = f"**{seconds / min(peer):.2f}x**" if tool.startswith("onnx-compat") and peer else ""
             yes = {True: "yes", False: "no", None: "- (no frames)"}
-            lines.append(f"| {name} | {tool} | {seconds:.1f} | {ratio} | {m['nodes']} | {m['err']:.2e} | "
+            lines.append(f"| {name} | {tool} | {seconds:.2f} | {ratio} | {m['nodes']} | {m['err']:.2e} | "
                          f"{yes[m['lengths']]} | {yes[m['mask']]} | {m['frames_dim']} |")
     return "\n".join(lines)
 
@@ -195,12 +228,14 @@ def main(argv=None) -> int:
     p.add_argument("--optimum-python", required=True, help="python of a venv with optimum-onnx (transformers 4)")
     p.add_argument("--exporter", default="auto", help="ours: auto (the default), dynamo or torchscript")
     p.add_argument("--models", nargs="*", default=list(MODELS))
-    p.add_argument("--rounds", type=int, default=3, help="runs of each tool, alternating which goes first")
+    p.add_argument("--rounds", type=int, default=5, help="runs of each tool, alternating which goes first")
+    p.add_argument("--same-env", action="store_true", help="also run ours in optimum's environment (same "
+                   "transformers and torch; it needs wrapt and onnxscript)")
     add_write_option(p, "hf-vs-optimum", "docs/huggingface.md")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hf_vs_optimum_") as work:
         results = [(name, run_one(name, MODELS[name], work, args.optimum_python, args.exporter,
-                                   args.rounds))
+                                   args.rounds, args.same_env))
                    for name in args.models]
     text = table(results)
     print(text)

@@ -313,5 +313,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
 
 
+def command() -> None:
+    """The ``onnx-compat`` console script: ``main`` with the process tuned as a command's (``command.py``)."""
+    from onnx_compat.command import run_command
+    sys.exit(run_command(main))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

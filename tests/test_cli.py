@@ -46,6 +46,32 @@ def test_console_script_runs_as_a_process(tmp_path):
     assert "verified" in result.stdout and (tmp_path / "m.onnx").exists()
 
 
+def test_the_command_tunes_its_own_process_only_while_and_after_it_runs():
+    """``onnx-compat`` collects garbage a tenth as often while it runs and freezes what is left when it is done
+    (``command.py``); ``main`` called from a program changes nothing of the caller's collector."""
+    code = ("import gc; from onnx_compat.command import run_command, YOUNG_EVERY; from onnx_compat.cli import main; "
+            "t = gc.get_threshold(); seen = []; "
+            "rc = run_command(lambda argv: seen.append(gc.get_threshold()) or 3); "
+            "print(rc, seen[0][0] == YOUNG_EVERY * t[0], gc.get_threshold() == t, gc.get_freeze_count() > 0); "
+            "gc.unfreeze(); main(['inspect', '/nonexistent.onnx']); print(gc.get_freeze_count(), gc.get_threshold() == t)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["3", "True", "True", "True", "0", "True"], result.stdout + result.stderr
+
+
+def test_a_verb_loads_only_its_own_layers():
+    """The CLI builds the parser of the verb it was given: ``export`` loads neither consumers, diagnosis,
+    streaming nor quantization (``--help`` still lists every verb)."""
+    code = ("import sys; from onnx_compat.cli import _parser; "
+            "_parser('export').parse_args(['export', 'm:f', '--out', 'x.onnx']); "
+            "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['onnx_compat', 'contracts'], "
+            "['onnx_compat', 'diagnosis'], ['onnx_compat', 'streaming'], ['onnx_compat', 'quantization'])))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+    helped = subprocess.run([sys.executable, "-m", "onnx_compat.cli", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert all(verb in helped.stdout for verb in ("export-streaming", "quantize", "diagnose", "repair"))
+
+
 def _demo_example(batch, time, seed=0):
     import numpy as np
     g = np.random.default_rng(seed)

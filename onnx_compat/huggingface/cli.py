@@ -93,5 +93,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+def command() -> None:
+    """``python -m onnx_compat.huggingface.cli``: ``main`` with the process tuned as a command's (``command.py``)."""
+    from onnx_compat.command import run_command
+    sys.exit(run_command(main))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()
