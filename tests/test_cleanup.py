@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import onnx_compat
-from onnx_compat import ExportError
+from onnx_compat import ExportError, TensorSpec
 
 from onnx_compat.pipeline.cleanup import cleanup
 from onnx_compat.models import conv_demo
@@ -67,6 +67,23 @@ def test_a_cleanup_that_changes_the_model_is_an_error(bad, match, hard, tmp_path
         onnx_compat.export(hard["model"], str(tmp_path / "x.onnx"), hard["inputs"], hard["outputs"],
                            exporter="torchscript")
     assert not (tmp_path / "x.onnx").exists()
+
+
+class _BakedBatch(torch.nn.Module):
+    def forward(self, x):  # [B, 4, T]; the trace freezes B into the Reshape
+        return x.reshape(int(x.shape[0]), -1) * 2
+
+
+def test_a_dim_the_export_froze_is_not_blamed_on_the_cleanup(tmp_path):
+    """The cleanup's folding only shows a dim the TorchScript trace froze; the graph as exported fails at the
+    other sizes as well, and the error says so (a cleanup that loses a dim is the test above)."""
+    with pytest.raises(ExportError) as info:
+        onnx_compat.export(_BakedBatch(), str(tmp_path / "b.onnx"), [TensorSpec("x", ["batch", 4, "time"])],
+                           [TensorSpec("y", ["batch", None])], exporter="torchscript")
+    message = str(info.value)
+    assert "the export froze a dynamic dim (cleanup's folding shows it): 'y' dim 0 ('batch')" in message
+    assert "fails at other sizes too: at sizes {'batch': 1" in message and "cleanup lost" not in message
+    assert not (tmp_path / "b.onnx").exists()
 
 
 def test_the_cleaned_graph_holds_its_weights():

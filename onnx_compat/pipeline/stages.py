@@ -175,6 +175,25 @@ def check_dims(proto, specs: Sequence[TensorSpec], stage: str) -> None:
         raise ExportError(stage + "; ".join(problems), stage="cleanup" if stage else "dims")
 
 
+def _check_cleaned_dims(cleaned, proto, request: ExportRequest, weights, references) -> None:
+    """A requested dynamic dim that the cleaned graph holds constant. Either the cleanup lost it, or the
+    export computed it from constants all along (a TorchScript trace of ``int(x.shape[0])``) and the
+    cleanup's folding only made that visible: the export as written, run at the verification shapes,
+    tells which, so the message does not blame the wrong stage."""
+    try:
+        check_dims(cleaned, request.subject.specs, "")
+    except ExportError as exc:
+        if references is None or cleaned is proto:
+            raise ExportError(f"a requested dynamic dim is constant in the cleaned graph: {exc}", stage="dims") from exc
+        try:
+            _verified(proto, request, weights, cases=references)
+        except VerificationError as baked:
+            first = str(baked).strip().splitlines()[0] if str(baked).strip() else type(baked).__name__
+            raise ExportError(f"the export froze a dynamic dim (cleanup's folding shows it): {exc}; the graph as "
+                              f"exported fails at other sizes too: {first}", stage="dims") from baked
+        raise ExportError(f"cleanup lost a dynamic dim: {exc}", stage="cleanup") from exc
+
+
 def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProto) -> bool:
     """Default: TorchScript exports, and dynamo exports with recurrent nodes (the gate
     reordering of our LSTM/GRU translation folds away); dynamo optimizes the rest itself."""
@@ -200,7 +219,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         cleaned, sess = cleaned
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
         cleaned, sess = proto, None
-    check_dims(cleaned, subject.specs, "cleanup lost a dynamic dim: ")
+    _check_cleaned_dims(cleaned, proto, request, weights, references)
     t1 = time.perf_counter()
     record.timings["cleanup"] = t1 - t0
     if not request.verify:
