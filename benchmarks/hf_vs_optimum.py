@@ -159,7 +159,7 @@ def prepare_ours(python: str) -> dict:
     return env
 
 
-def run_one(name, spec, work, optimum_python, exporter, rounds=5, same_env=False) -> list:
+def run_one(name, spec, work, optimum_python, exporter, rounds=5, ours=()) -> list:
     """Each tool ``rounds`` times, in alternating order (ours first in even rounds), the median wall time;
     a burst of load on the shared machine then falls on both alike."""
     model_type, task, opt_task, opt_file, ref_cls, attr = spec
@@ -169,11 +169,10 @@ def run_one(name, spec, work, optimum_python, exporter, rounds=5, same_env=False
                    check=True, capture_output=True)
     batch, expected, frames = reference(folder, ref_cls, attr, task == "speech-encoder")
     tools = []
-    for label, python in [("onnx-compat", sys.executable)] + \
-            ([("onnx-compat, optimum's env", optimum_python)] if same_env else []):
-        ours = os.path.join(folder + f"_ours{len(tools)}", "model.onnx")
-        os.makedirs(os.path.dirname(ours))
-        tools.append((label, ours_command(python, folder, task, ours, exporter), ours, prepare_ours(python)))
+    for label, python, ours_env in ours:  # (label, interpreter, its environment from prepare_ours)
+        out = os.path.join(folder + f"_ours{len(tools)}", "model.onnx")
+        os.makedirs(os.path.dirname(out))
+        tools.append((label, ours_command(python, folder, task, out, exporter), out, ours_env))
     cli = os.path.join(os.path.dirname(optimum_python), "optimum-cli")
     for k, (label, extra) in enumerate(optimum_attempts(folder, task)):
         opt_dir = folder + f"_optimum{k}"
@@ -233,9 +232,12 @@ def main(argv=None) -> int:
                    "transformers and torch; it needs wrapt and onnxscript)")
     add_write_option(p, "hf-vs-optimum", "docs/huggingface.md")
     args = p.parse_args(argv)
+    ours = [("onnx-compat", sys.executable)] + \
+        ([("onnx-compat, optimum's env", args.optimum_python)] if args.same_env else [])
+    ours = [(label, python, prepare_ours(python)) for label, python in ours]
     with tempfile.TemporaryDirectory(prefix="hf_vs_optimum_") as work:
         results = [(name, run_one(name, MODELS[name], work, args.optimum_python, args.exporter,
-                                   args.rounds, args.same_env))
+                                   args.rounds, ours))
                    for name in args.models]
     text = table(results)
     print(text)

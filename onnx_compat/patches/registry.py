@@ -1,7 +1,7 @@
 """The patch registry and ``patched()``.
 
-A patch declares what it replaces and when it acts; this module does all the
-swapping and restoring, so no patch touches ``setattr`` itself. Every
+A patch declares what it replaces and when it acts (``patch.py``); this module
+keeps them and does all the swapping and restoring, so no patch touches ``setattr`` itself. Every
 replacement is a ``wrapt.FunctionWrapper`` around the object found at entry:
 ``__wrapped__``, name and docs stay intact, and outside its moment (``when``)
 the wrapper calls straight through, so eager code is unchanged.
@@ -15,123 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.metadata
-import importlib.util
-import inspect
 import sys
 import threading
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-import torch
 import wrapt
-
-from onnx_compat import versions
 
 from onnx_compat.patches import on_import, when
 from onnx_compat.patches.changes import Changes
-
-Wrapper = Callable  # (wrapped, instance, args, kwargs) -> result
-
-
-@dataclass
-class Patch:
-    """One swap: ``targets`` ("module:attr.path") are wrapped by ``wrapper``.
-
-    ``wrapper(wrapped, instance, args, kwargs)`` runs only while ``when`` holds
-    (a key of ``when.WHEN``); otherwise the original is called unchanged.
-    ``optional`` targets may be missing from older torch versions.
-    ``aliases``: also rebind module-level aliases of the targets in loaded
-    non-torch modules (``from torch.nn.functional import conv1d``).
-    ``requires``: patches this one cannot work without; selecting it selects them.
-    ``library``: the targets belong to a third-party package (e.g. "transformers").
-    Its modules are never imported here: a target is patched only when the user's
-    code has loaded its module, and the patch is unavailable when the package is
-    not installed. ``signature``: the leading parameter names each target must
-    have; a version whose helper differs leaves the patch unavailable rather
-    than wrapping the wrong function. ``native``: exporter -> the first torch
-    release whose exporter gets this right by itself (measured by ``make
-    test-matrix``); from there on the patch steps aside under that exporter.
-    ``min_torch``: the first torch release the patch works with; older ones
-    report it unavailable, naming that release. ``on_import``: targets in an
-    exporter's own modules, never imported here (``on_import.py`` says why):
-    patched when their module is loaded at entry or loads while the patch is
-    in place; like ``optional`` ones, they may be missing.
-    """
-
-    name: str
-    description: str
-    targets: Sequence[str]
-    wrapper: Wrapper
-    when: str = "export"
-    optional: Sequence[str] = ()
-    aliases: bool = True
-    requires: Sequence[str] = ()
-    library: Optional[str] = None
-    signature: Optional[Sequence[str]] = None
-    native: Mapping[str, str] = field(default_factory=dict)
-    min_torch: Optional[str] = None
-    on_import: Sequence[str] = ()
-    # runtime state, owned by the registry
-    _count: int = field(default=0, repr=False)
-    _changes: Optional[Changes] = field(default=None, repr=False)
-    _script_ids: List[int] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.when not in when.WHEN:
-            raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(when.WHEN)}")
-        if not set(self.on_import) <= set(self.targets):
-            raise ValueError(f"patch {self.name!r}: on_import names targets it does not have: "
-                             f"{sorted(set(self.on_import) - set(self.targets))}")
-        unknown = set(self.native) - {"dynamo", "torchscript"}
-        if unknown:
-            raise ValueError(f"patch {self.name!r}: native= takes exporters 'dynamo'/'torchscript', not {sorted(unknown)}")
-        self._active = when.WHEN[self.when]
-        # the exporters of this torch that need no patch here: the gate calls straight through under them
-        self._native = tuple(when.WHEN[e] for e, release in self.native.items() if versions.torch_at_least(release))
-
-    def steps_aside(self, exporter: str) -> bool:
-        """This torch's ``exporter`` gets it right by itself, so the patch leaves it alone."""
-        return exporter in self.native and versions.torch_at_least(self.native[exporter])
-
-    def missing(self) -> List[str]:
-        """Required targets this torch does not have (a library's targets are never required)."""
-        if self.library:
-            return []
-        return [t for t in self.targets
-                if t not in self.optional and t not in self.on_import and _resolve(t) is None]
-
-    def unavailable(self) -> Optional[str]:
-        """Why this patch cannot be used here, or None."""
-        if self.library and importlib.util.find_spec(self.library) is None:
-            return f"{self.library} is not installed"
-        if self.min_torch and not versions.torch_at_least(self.min_torch):
-            return f"needs torch >= {self.min_torch} (this is {torch.__version__})"
-        if self.when == "dynamo" and not versions.HAS_DYNAMO:
-            return f"acts only under the dynamo exporter; {versions.NO_DYNAMO}"
-        missing = self.missing()
-        if missing:
-            return f"torch {torch.__version__} lacks {', '.join(missing)}"
-        for target in self.targets:
-            found = _resolve(target, load=self._loads(target))
-            if found is None or self.signature is None:
-                continue
-            names = _parameter_names(getattr(*found))
-            if names is not None and names[:len(self.signature)] != list(self.signature):
-                version = _version(self.library) if self.library else torch.__version__
-                return (f"{target} in {self.library or 'torch'} {version} takes ({', '.join(names)}), "
-                        f"not ({', '.join(self.signature)}, ...)")
-        return None
-
-    def _loads(self, target: str) -> bool:
-        """Whether finding ``target`` may import its module."""
-        return not self.library and target not in self.on_import
-
-    def gate(self, wrapped, instance, args, kwargs):
-        if self._count and self._active() and not any(native() for native in self._native):
-            return self.wrapper(wrapped, instance, args, kwargs)
-        return wrapped(*args, **kwargs)
-
+from onnx_compat.patches.patch import Patch, _resolve
 
 _REGISTRY: Dict[str, Patch] = {}
 _LOCK = threading.RLock()
@@ -178,43 +70,6 @@ def _load_families() -> None:
     importlib.import_module("onnx_compat.patches.families")
 
 
-def _resolve(target: str, load: bool = True):
-    """``(owner, attr)`` for "module:attr.path", or None when it does not exist
-    (or, with ``load=False``, when its module has not been imported)."""
-    module_name, _, path = target.partition(":")
-    if not load:
-        owner = sys.modules.get(module_name)
-        if owner is None:
-            return None
-    else:
-        try:
-            owner = importlib.import_module(module_name)
-        except Exception:  # noqa: BLE001 - absent, or a library that does not import with this torch
-            return None
-    *parents, attr = path.split(".")
-    for part in parents:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            return None
-    if not hasattr(owner, attr):
-        return None
-    return owner, attr
-
-
-def _parameter_names(fn) -> Optional[List[str]]:
-    try:
-        return list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return None
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "(unknown version)"
-
-
 def _own_value(owner, attr):
     own = getattr(owner, "__dict__", {})
     return own[attr] if attr in own else getattr(owner, attr)
@@ -232,10 +87,11 @@ def _apply(patch: Patch) -> Dict[int, Tuple[object, object]]:
     try:
         for target in patch.targets:
             found = _resolve(target, load=patch._loads(target))
+            module = target.partition(":")[0]
             if found is not None:
                 _swap(patch, found, changes, proxies)
-            elif target in patch.on_import and target.partition(":")[0] not in sys.modules:
-                on_import.wait(target.partition(":")[0], patch, lambda t=target: _swap_loaded(patch, t))
+            elif target in patch.on_import and module not in sys.modules:
+                on_import.wait(module, patch, lambda t=target: _swap_loaded(patch, t))
         patch._script_ids = _register_for_script(proxies.values())
     except BaseException:
         on_import.forget(patch)
