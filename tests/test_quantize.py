@@ -266,3 +266,27 @@ def test_export_refuses_a_bad_quantize_request_before_exporting(tmp_path):
         onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"],
                            exporter="torchscript", quantize="int9")
     assert os.listdir(tmp_path) == []
+
+
+def test_report_of_the_same_architecture_with_other_weights_is_refused(exported, tmp_path):
+    """Same graph, other weights: I/O and node count agree, the file's content does not; the report is
+    matched to the model file by the content hash export recorded, and nothing is written."""
+    job, path, report = exported["blstm"]
+    other = blstm.build(hidden=32, seed=1)
+    other_path = str(tmp_path / "other" / "b.onnx")
+    os.mkdir(os.path.dirname(other_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other_report = onnx_compat.export(other["model"], other_path, other["inputs"], other["outputs"],
+                                          exporter="torchscript")
+    assert other_report.nodes == report.nodes and other_report.model_sha256 != report.model_sha256
+    out = tmp_path / "q.onnx"
+    for given in (other_report, other_report.to_dict()):
+        with pytest.raises(QuantizationError, match="describes another model"):
+            quantize(path, job["model"], job["inputs"], job["outputs"], recipe="fp16", report=given, out=str(out))
+        assert not out.exists()
+    assert report.model_sha256 == "sha256:" + _digest(path)
+    stale = {k: v for k, v in report.to_dict().items() if k != "model_sha256"}
+    with pytest.raises(QuantizationError, match="records no content hash"):
+        quantize(path, job["model"], job["inputs"], job["outputs"], recipe="fp16", report=stale, out=str(out))
+    assert not out.exists()

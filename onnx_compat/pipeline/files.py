@@ -7,6 +7,7 @@ renamed into place last.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from typing import Callable, Optional
@@ -35,6 +36,16 @@ def check_room(path: str, needed: int) -> None:
     if needed > free:
         raise ValueError(f"cannot write the ONNX model to {path!r}: its weights need {needed / 2**20:.1f} MiB "
                          f"and folder {folder!r} has {free / 2**20:.1f} MiB free")
+
+
+def content_hash(path: str) -> str:
+    """``sha256:<hex>`` of the file's bytes: what a report records of the model it proved, so a report
+    can be matched to a model file later (``quantize``), whatever its graph or weights hold."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
 
 
 def current_umask() -> int:

@@ -51,6 +51,9 @@ class Report:
     timings: Dict[str, float] = field(default_factory=dict)
     contract: Optional[dict] = None  # the consumer contract that held, and what its consumers said
     quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
+    # the proven float model's file as written ("sha256:<hex>"; with quantize, the float model beside it):
+    # quantize() matches a report to the model it is given by this
+    model_sha256: Optional[str] = None
     files: List[str] = field(default_factory=list)  # files written beside the model for its runtime
     speed: Optional[dict] = None  # auto timed both verified graphs: the one chosen, the others' time ratios
     # the export's own peak resident memory above the start, its ratio to the weights, and each stage's

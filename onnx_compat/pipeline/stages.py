@@ -23,7 +23,7 @@ from onnx_compat import graph
 from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
 from onnx_compat.pipeline import capture, dims, releases
-from onnx_compat.pipeline.files import write_atomically
+from onnx_compat.pipeline.files import content_hash, write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
@@ -340,6 +340,7 @@ def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
     else:
         spill.commit(proto)
         report.external_data = os.path.basename(request.path) + ".data" if spill.beside else None
+    report.model_sha256 = content_hash(report.quantization["float_path"] if request.quantize else request.path)
     if used.applied is not None:
         used.applied.write_files(os.path.dirname(request.path))
 

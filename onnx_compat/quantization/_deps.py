@@ -1,5 +1,5 @@
 """The only file of this package that imports onnx_compat's internal modules (renamed while merging)."""
-from onnx_compat.pipeline.files import check_writable, write_atomically  # noqa: F401
+from onnx_compat.pipeline.files import check_writable, content_hash, write_atomically  # noqa: F401
 from onnx_compat.pipeline.report import Report  # noqa: F401
 from onnx_compat.pipeline.verification import Case, reference_cases, session, valid_mask  # noqa: F401
 

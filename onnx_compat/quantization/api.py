@@ -26,7 +26,7 @@ import torch
 
 from ..spec import TensorSpec
 from . import exclusion, measures as measures_mod, recipes, verify_approx
-from ._deps import Report, check_writable, write_atomically
+from ._deps import Report, check_writable, content_hash, write_atomically
 from .calibration import FeedsReader, calibration_feeds
 from .errors import QuantizationError
 from .report import QuantReport
@@ -149,14 +149,18 @@ def _report_dict(report, recipe: str) -> dict:
 
 
 def _same_model(data: dict, onnx_path: str, where: str, recipe: str) -> None:
-    """The report must describe the graph at ``onnx_path`` (I/O names and node count)."""
-    graph = onnx.load(onnx_path, load_external_data=False).graph
-    names = [v.name for v in list(graph.input) + list(graph.output)]
-    reported = [v["name"] for v in data.get("inputs", []) + data.get("outputs", [])]
-    if reported != names or data.get("nodes") != len(graph.node):
-        raise QuantizationError(f"the report ({where}) describes another model: I/O {reported} with "
-                                f"{data.get('nodes')} nodes; {onnx_path} has {names} with {len(graph.node)} nodes",
-                                recipe=recipe)
+    """The report must describe the file at ``onnx_path``: its content hash as export recorded it (a graph
+    of the same architecture with other weights has the same I/O and nodes, and is another model)."""
+    recorded = data.get("model_sha256")
+    if not recorded:
+        raise QuantizationError(f"the report ({where}) records no content hash of the model it proved (written "
+                                "by an older onnx_compat, or not by export): it cannot be matched to "
+                                f"{onnx_path}; export the model again and pass that report", recipe=recipe)
+    found = content_hash(onnx_path)
+    if found != recorded:
+        raise QuantizationError(f"the report ({where}) describes another model: it proved a file with content "
+                                f"{recorded[:19]}..., {onnx_path} has {found[:19]}... (another model, other "
+                                "weights, or the file changed since its export)", recipe=recipe)
 
 
 def _out_path(out: Optional[str], onnx_path: str, recipe: str) -> str:
