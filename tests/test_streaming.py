@@ -629,3 +629,29 @@ def test_initial_values_from_a_function_go_into_the_metadata(tmp_path):
                         init_states=lambda batch: [torch.arange(batch * F_IN, dtype=torch.float32).reshape(batch, 1, F_IN)])
     state = json.loads(report.metadata["streaming.states"])[0]
     assert state["init"] == "custom" and "values" not in state
+
+
+def test_drift_beyond_the_default_tolerance_is_an_error(tmp_path):
+    """A full forward with other weights than the step drifts: an error by default (max_drift=None), a number
+    overrides the default, math.inf turns the check off; the summary shows the drift either way."""
+    import math
+    torch.manual_seed(0)
+    model, other = _Lookahead().eval(), _Lookahead().eval()
+    with torch.no_grad():
+        other.conv.weight.mul_(1.5)  # the full forward has other weights than the step
+    path = str(tmp_path / "lookahead.onnx")
+    args = ([TensorSpec("data", [B, 5, F_IN])], [StateSpec("previous", [B, 1, F_IN])],
+            [TensorSpec("output", [B, 4, F_IN])])
+    kwargs = dict(right_context=1, full_forward=other, exporter="torchscript")
+    with pytest.raises(StreamMismatch, match=r"^output 'output': the concatenated stream drifts .* from the full "
+                                             r"forward \(max_drift=None: the default 1e-3\).*math.inf") as raised:
+        export_streaming(model.step, path, *args, **kwargs)
+    assert raised.value.output == "output" and not os.path.exists(path)
+    with pytest.raises(StreamMismatch, match=r"max_drift=0.001\)"):
+        export_streaming(model.step, path, *args, max_drift=1e-3, **kwargs)
+    report = export_streaming(model.step, path, *args, max_drift=math.inf, **kwargs)
+    assert all(e["drift"]["output"] > 0.01 for e in report.verification)
+    assert "drift       " in report.summary()
+    report = export_streaming(model.step, path, *args, right_context=1, full_forward=model, exporter="torchscript")
+    lines = [line for line in report.summary().splitlines() if line.startswith("drift")]
+    assert len(lines) == len(report.verification) and "output" in lines[0], report.summary()

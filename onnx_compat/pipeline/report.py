@@ -90,6 +90,9 @@ class Report:
             label = "example " if check.get("example") else "verified"
             where = f" in {check['runtime']}" if check.get("runtime") else ""
             lines.append(f"{label}    {check['sizes']}{where}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
+            if check.get("drift"):  # a stream against the whole-utterance forward
+                lines.append(f"drift       {check['sizes']}: " + ", ".join(f"{k} {v:.2e}" for k, v in check["drift"].items())
+                             + " (concatenated stream vs full forward)")
         for attempt in self.attempts:
             if not attempt.ok:
                 lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")

@@ -4,9 +4,9 @@
 ONNX Runtime against eager PyTorch; ``StateSpec`` declares a state;
 ``streamify`` derives the step of a model built from causal layers.
 """
-from .errors import NotStreamable, StreamingError, StreamMismatch
+from .errors import NotStreamable, StreamDrift, StreamingError, StreamMismatch
 from .states import StateSpec
 from .api import export_streaming
 from .streamify import streamify
 
-__all__ = ["export_streaming", "StateSpec", "streamify", "StreamingError", "StreamMismatch", "NotStreamable"]
+__all__ = ["export_streaming", "StateSpec", "streamify", "StreamingError", "StreamMismatch", "StreamDrift", "NotStreamable"]

@@ -22,7 +22,7 @@ import torch
 
 from ..spec import Dim, TensorSpec
 from ._deps import HAS_DYNAMO, Attempt, Report, check_writable, preserved
-from .errors import StreamingError, StreamMismatch
+from .errors import StreamDrift, StreamingError, StreamMismatch
 from .metadata import streaming_metadata
 from .probe import check_states, run_step
 from .shapes import stamp_state_dims
@@ -167,7 +167,9 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     frames per call, frames advanced per call, lookahead frames (metadata and
     how the verification cuts an utterance along ``time_axis``).
     ``full_forward(*whole_inputs)``: the whole-utterance forward; the report
-    gives each output's drift from it (an error past ``max_drift``).
+    gives each output's drift from it (an error past ``max_drift``: None is
+    the default ``DEFAULT_MAX_DRIFT``, 1e-3, a number overrides it,
+    ``math.inf`` turns the check off).
     ``batches``: the stream's batch sizes (default 1 and the example's + 1);
     ``chunks``: calls per stream (>= 5). ``module``: the module a plain
     function's weights live in (a bound method or a module is found itself).
@@ -193,7 +195,8 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
             try:
                 report = _attempt(name, job, written)
             except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
-                if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch):
+                if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch) \
+                        or isinstance(exc, StreamDrift):  # the step itself, not the exporter: none would help
                     raise
                 attempts.append(Attempt(name, False, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0))
                 failures.append(exc)
@@ -308,14 +311,25 @@ def _with_cause(exc: StreamMismatch, exporter: str, report: Report, reads) -> St
                           output=exc.output, chunk=exc.chunk, batch=exc.batch, exporter=exporter)
 
 
+DEFAULT_MAX_DRIFT = 1e-3  # max abs difference of the concatenated stream from the full forward, by default
+
+
 def _check_drift(entries: List[dict], max_drift: Optional[float]) -> None:
-    if max_drift is None:
-        return
+    """Given a full forward, a stream that drifts from it is wrong unless the user says how far it may
+    (``max_drift``: None is the default, ``math.inf`` turns the check off)."""
+    limit = DEFAULT_MAX_DRIFT if max_drift is None else float(max_drift)
+    said = f"max_drift=None: the default {DEFAULT_MAX_DRIFT:.0e}".replace("e-03", "e-3") if max_drift is None \
+        else f"max_drift={max_drift:g}"
     for entry in entries:
         for output, value in entry.get("drift", {}).items():
-            if value > max_drift:
-                raise StreamMismatch(f"output {output!r}: the concatenated stream drifts {value:.3g} from the full "
-                                     f"forward (max_drift={max_drift}) at batch {entry['sizes']}", output=output)
+            if not value <= limit:
+                eager = entry.get("drift_eager", {}).get(output)
+                raise StreamDrift(f"output {output!r}: the concatenated stream drifts {value:.3g} from the full "
+                                     f"forward ({said}) at {entry['sizes']}"
+                                     + (f"; PyTorch's own stream drifts {eager:.3g}" if eager is not None else "")
+                                     + ": the step and full_forward disagree (other weights, or a context the "
+                                     "stream does not see); pass max_drift= a number to allow it, math.inf to "
+                                     "turn the check off", output=output)
 
 
 _DROPPED = re.compile(r"'([^']+)' is not in the graph")

@@ -26,5 +26,10 @@ class StreamMismatch(StreamingError):
     """The exported stream disagrees with the eager stream (an output at a chunk, or a state)."""
 
 
+class StreamDrift(StreamMismatch):
+    """Given ``full_forward``, the concatenated stream drifts from it past ``max_drift``: the step and the full
+    forward disagree whatever the exporter, so no other exporter is tried."""
+
+
 class NotStreamable(StreamingError):
     """``streamify`` met a layer that mixes time in a way a cache cannot reproduce."""
