@@ -49,12 +49,9 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     t0 = time.perf_counter()
     subject = request.subject
     asked = releases.opset_for(strategy.name, request.opset, request.target)
-    # the exporter folds the weights' transposes and slices as it writes them (torch 2.13: no slower than
-    # without); left to the cleanup, ONNX Runtime's folding of them costs 0.05 s (12 x 256 Conformer, MHA encoder)
-    fold = True
     request.tell(f"capture ({strategy.name})")
     proto, captured = capture.run(strategy.name, subject.adapter(), subject.args, subject.inputs, subject.outputs,
-                                  asked, request.patches, fold=fold, weights=spill)
+                                  asked, request.patches, weights=spill)
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
     _check_opset(proto, asked, strategy.name)
     proto, record.repairs = repair_int_types(proto)
