@@ -234,3 +234,47 @@ def test_rasr_is_a_contract(tmp_path):
     with pytest.raises(ContractError, match="features-size 'data:size1': dtype must be int32, is int64"):
         apply_contract("rasr", proto64, inputs, job["outputs"])
 
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ceil_subsampling_is_refused_whatever_the_weights(seed, tmp_path):
+    """NeMo's "ceil" subsampling (⌈T/4⌉ frames) hands sherpa-onnx one frame more than it decodes (⌊T/4⌋) at
+    most lengths: refused from the frame counts alone, for any weights, with the fix in the message."""
+    inputs, outputs = cm.nemo_specs()
+    model = cm.conformer_ctc(right_pad=6, seed=seed)  # (T + 6 - 3) // 4 == ceil(T / 4)
+    proto = _quick(model, inputs, outputs, tmp_path)
+    with pytest.raises(ContractError) as err:
+        apply_contract(NEMO, proto, inputs, outputs, vocabulary=cm.vocabulary(), metadata=NEMO_META)
+    assert err.value.what == "output 0 frames" and "9 at T=33 (decodes 8)" in err.value.got, err.value
+    assert "floor_frames(model, 4)" in str(err.value), err.value
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_floor_frames_makes_ceil_subsampling_decode_in_sherpa_onnx(exporter, tmp_path):
+    """The offered fix: the graph hands sherpa-onnx exactly T // 4 frames (and lengths no longer than that),
+    verified against the wrapped eager model at unseen sizes and decoded in sherpa-onnx like PyTorch."""
+    from onnx_compat.contracts.sherpa_onnx import floor_frames
+    inputs, outputs = cm.nemo_specs()
+    wrapped = floor_frames(cm.conformer_ctc(right_pad=6), 4)
+    features, lengths = torch.randn(2, 20, 33), torch.tensor([33, 30])
+    with torch.no_grad():
+        log_probs, out_lengths = wrapped(features, lengths)
+    assert log_probs.shape[1] == 8 and out_lengths.tolist() == [8, 7]
+    path = str(tmp_path / "model.onnx")
+    report = export(wrapped, path, inputs, outputs, exporter=exporter, contract=NEMO, vocabulary=cm.vocabulary(),
+                    metadata=NEMO_META)
+    assert report.verified_elsewhere() >= 2
+    checks = report.contract["consumer_checks"]
+    if pytest.importorskip("sherpa_onnx") and checks[0].get("skipped") is None:
+        assert checks[0]["ok"] and min(checks[0]["tokens"]) >= 3, checks
+
+
+def test_a_contract_lists_every_finding_at_once(conformer_nemo):
+    """A bad metadata value and a missing vocabulary: both in one ContractError, not one after the other."""
+    inputs, outputs = cm.nemo_specs()
+    proto = onnx.ModelProto.FromString(conformer_nemo[1].SerializeToString())
+    with pytest.raises(ContractError) as err:
+        apply_contract(NEMO, proto, inputs, outputs, vocabulary=None, metadata={"normalize_type": "all_features"})
+    assert [f.what for f in err.value.findings] == [
+        "metadata 'normalize_type' (how sherpa-onnx normalizes the features)", "vocabulary"], err.value
+    assert "'all_features'" in str(err.value) and "none (export(..., vocabulary=[...]))" in str(err.value)

@@ -230,11 +230,14 @@ class Contract:
         ctx = Context.of(proto, vocabulary, options)
         ctx.metadata.update(dict(user_metadata or {}))
         found = self._port_findings(ctx)
-        written = {}
-        if not found:  # derived values need the ports; the probes run the graph
-            written = self._fill_metadata(ctx)
-            found += [f for key in self.metadata for f in [key.finding(ctx.metadata.get(key.key))] if f]
-        if not found:
+        ports_ok = not found
+        # every finding at once: derived values need the ports and the probes run the graph, so with a broken
+        # port only the values the user gave are checked; otherwise the metadata and every probe (a probe that
+        # needs a key with a finding of its own skips itself)
+        written = self._fill_metadata(ctx) if ports_ok else {}
+        found += [f for key in self.metadata if ports_ok or key.key in ctx.metadata or key.derive is None
+                  for f in [key.finding(ctx.metadata.get(key.key))] if f]
+        if ports_ok:
             for probe in self.probes:
                 found += probe(ctx)
         files = self.files(ctx) if self.files and not found else {}

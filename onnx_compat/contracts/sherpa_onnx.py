@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import Dict, List
 
 import numpy as np
+import torch
 
-from .base import (Context, Contract, Finding, MetaKey, Port, axes, non_negative_int, positive_int)
+from .base import (Context, Contract, ContractError, Finding, MetaKey, Port, axes, non_negative_int, positive_int)
 from . import sherpa_consumers
 
 BLANKS = ("<blk>", "<eps>", "<blank>")  # the order sherpa-onnx looks them up in
@@ -60,9 +61,14 @@ def _measured_factor(ctx: Context):
 
 
 def frames_cover_decoder(ctx: Context) -> List[Finding]:
-    """sherpa-onnx decodes ``T // subsampling_factor`` frames without asking the model: fewer real frames make it
-    read the next item's (or no) memory and emit tokens PyTorch never would, silently."""
-    factor = int(ctx.metadata["subsampling_factor"])
+    """sherpa-onnx decodes exactly ``T // subsampling_factor`` frames without asking the model: fewer real frames
+    make it read the next item's (or no) memory, more are dropped (NeMo's "ceil" subsampling hands it
+    ``ceil(T / 4)``: the last frame is lost, which shows in its tokens only when that frame carries one). Decided
+    from the model's frame counts at lengths covering every remainder of the factor, never from a decode."""
+    try:
+        factor = int(ctx.metadata["subsampling_factor"])
+    except (KeyError, ValueError):
+        return []  # the metadata finding says what is wrong with it
     short, extra = [], []
     for length in sorted({factor * b + r for b in PROBE_BLOCKS for r in range(factor)}):
         try:
@@ -70,17 +76,44 @@ def frames_cover_decoder(ctx: Context) -> List[Finding]:
         except Exception as exc:  # noqa: BLE001 - the graph not running at a length is the finding
             return [Finding(f"output 0 at T={length}", "the graph runs", str(exc).splitlines()[0])]
         real = min(frames, own) if own is not None else frames
-        if real < length // factor:
-            short.append(f"{real} at T={length} (decodes {length // factor})")
-        elif real > length // factor:
-            extra.append(f"T={length}: {real - length // factor}")
-    if short:
-        return [Finding("output 0 frames", "at least T // subsampling_factor, the frames sherpa-onnx decodes "
-                        "without checking (fewer: it reads past the item's end)", ", ".join(short))]
-    if extra:
-        ctx.notes.append("sherpa-onnx decodes T // subsampling_factor frames and ignores the model's last ones ("
-                         + ", ".join(extra[:3]) + (" ..." if len(extra) > 3 else "") + ")")
-    return []
+        if real != length // factor:
+            (short if real < length // factor else extra).append(f"{real} at T={length} (decodes {length // factor})")
+    if not short and not extra:
+        return []
+    what = ("fewer: it reads past the item's end" if short else
+            "more: it drops the model's last frames, and their tokens")
+    return [Finding("output 0 frames", f"exactly T // subsampling_factor, the frames sherpa-onnx decodes without "
+                    f"checking ({what}); to hand it exactly those, export "
+                    f"onnx_compat.contracts.sherpa_onnx.floor_frames(model, {factor}) instead of the model",
+                    ", ".join((short + extra)[:4]) + (" ..." if len(short + extra) > 4 else ""))]
+
+
+class FloorFrames(torch.nn.Module):
+    """``model`` with output 0 cut to the ``T // subsampling_factor`` frames sherpa-onnx decodes (``T``: input 0's
+    last axis) and output 1, when it is per-item lengths, to each item's ``length // subsampling_factor``: the
+    graph then hands sherpa-onnx exactly what it reads, and is verified against this module like any model."""
+
+    def __init__(self, model: torch.nn.Module, subsampling_factor: int):
+        super().__init__()
+        if not isinstance(subsampling_factor, int) or subsampling_factor <= 0:
+            raise ContractError("sherpa-onnx/nemo-ctc", [Finding("floor_frames subsampling_factor",
+                                                                 "a positive int", repr(subsampling_factor))])
+        self.model, self.subsampling_factor = model, subsampling_factor
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor, *rest):
+        result = self.model(features, lengths, *rest)
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        frames = features.shape[-1] // self.subsampling_factor
+        outs[0] = outs[0][:, :frames]
+        if len(outs) > 1 and outs[1].dim() == 1 and not outs[1].dtype.is_floating_point:
+            outs[1] = torch.minimum(outs[1], torch.div(lengths, self.subsampling_factor,
+                                                       rounding_mode="floor").to(outs[1].dtype))
+        return tuple(outs) if isinstance(result, (tuple, list)) else outs[0]
+
+
+def floor_frames(model: torch.nn.Module, subsampling_factor: int) -> FloorFrames:
+    """The fix for a model with more frames than sherpa-onnx decodes (NeMo's ceil subsampling): see FloorFrames."""
+    return FloorFrames(model, subsampling_factor)
 
 
 def vocabulary_fits(ctx: Context) -> List[Finding]:
