@@ -31,6 +31,7 @@ __all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "Tensor
            "describe", "check_rasr", "diagnose", "Report", "Attempt", "export_streaming", "StateSpec", "streamify",
            "StreamingError", "StreamMismatch", "NotStreamable",
            "quantize", "QuantizationError", "QuantReport", "from_pretrained_dir", "export_pretrained",
+           "export_label_scorer", "LabelScorerError",
            "OnnxCompatError", "ExportError", "CaptureError", "DimSpecialized", "SpecError", "SpectralError",
            "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]
 
@@ -42,6 +43,8 @@ _LAZY = {"check_rasr": ("onnx_compat.contracts.rasr", "check_rasr"),
          **{name: ("onnx_compat.streaming", name) for name in ("export_streaming", "StateSpec", "streamify",
                                                                "StreamingError", "StreamMismatch", "NotStreamable")},
          "quantize": ("onnx_compat.quantization", "quantize"),
+         "export_label_scorer": ("onnx_compat.label_scorers", "export_label_scorer"),
+         "LabelScorerError": ("onnx_compat.label_scorers", "LabelScorerError"),
          "QuantizationError": ("onnx_compat.quantization", "QuantizationError"),
          "QuantReport": ("onnx_compat.quantization", "QuantReport"),
          "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),

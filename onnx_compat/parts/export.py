@@ -82,6 +82,8 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
     os.makedirs(os.path.dirname(os.path.abspath(folder)) or ".", exist_ok=True)
     parent = os.path.dirname(os.path.abspath(folder))
     report = PartsReport(os.path.abspath(folder))
+    for part in parts:  # every part probed before the first export: a bad part costs no export time
+        _probe(part, table, batch, batch_first, sizes, seed)
     with tempfile.TemporaryDirectory(prefix=".parts-", dir=parent) as tmp:
         protos = {}
         for part in parts:
@@ -111,8 +113,6 @@ def _export_one(part: Part, path: str, table, batch, batch_first, exporter, size
             report.constant.append(part.name)
             onnx.save(proto, path)
             return proto
-        example = dim_sizes(inputs, sizes or {})
-        check_inputs_used(part.name, module, inputs, example_feeds(inputs, example, seed))
         try:
             graph = export(module, path, inputs, outputs, exporter=exporter, sizes=sizes, atol=atol, rtol=rtol,
                            opset=opset, seed=seed, metadata=dict(part.metadata), external_data=False)
@@ -124,6 +124,14 @@ def _export_one(part: Part, path: str, table, batch, batch_first, exporter, size
     if _stamp_static_batch(proto, part, outputs):
         onnx.save(proto, path)
     return proto
+
+
+def _probe(part: Part, table, batch, batch_first, sizes, seed) -> None:
+    inputs, _ = state_specs(part, table, batch, batch_first)
+    if inputs:
+        module = PartModule(part, table, batch, batch_first)
+        with preserved(module):
+            check_inputs_used(part.name, module, inputs, example_feeds(inputs, dim_sizes(inputs, sizes or {}), seed))
 
 
 def _stamp_static_batch(proto: onnx.ModelProto, part: Part, outputs) -> bool:

@@ -1,0 +1,237 @@
+"""``export_label_scorer``: a folder RASR's label scorers load, proven by decoding before it is written.
+
+arguments checked -> the callables rehearsed in eager PyTorch (states,
+scores, vocabulary, sign, which lengths they read) -> the graphs built
+around them (``graphs.py``) and exported through ``parts.export_parts`` (each
+verified by ``export()`` at new shapes, states batch-first and alike in
+every graph) -> RASR's loader emulated on them with the config fragment as
+written (``loader.py``) -> the decode proof (``proof.py``) -> the folder:
+the graphs, ``label-scorer.config``, ``report.json``. Nothing is written
+unless every step passed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import onnx
+import torch
+
+from onnx_compat.parts import export_parts
+from onnx_compat.parts.part import batch_axis
+from onnx_compat.pipeline.adapter import flatten
+from onnx_compat.pipeline.files import write_atomically  # noqa: F401  (the folder's files are staged by parts)
+from onnx_compat.spec import TensorSpec, make_inputs
+
+from . import checks, config, loader
+from .backends import RasrEmulator, TorchCallables
+from .graphs import Callables, build, with_metadata
+from .proof import prove
+from .rasr_specs import KINDS, RELEASES, STATEFUL
+
+CONFIG_FILE, REPORT_FILE = "label-scorer.config", "report.json"
+
+
+@dataclass
+class LabelScorerReport:
+    folder: str
+    kind: str
+    rasr_type: str
+    release: str
+    files: Dict[str, str] = field(default_factory=dict)
+    config: str = ""
+    loader: List[str] = field(default_factory=list)  # the rule sets each graph passed
+    graphs: dict = field(default_factory=dict)  # per graph: exporter, I/O, verification (parts' report)
+    states: dict = field(default_factory=dict)
+    decodes: List[dict] = field(default_factory=list)
+    row_max_abs_err: float = 0.0  # the largest difference of a batched row from its context scored alone
+    rows_checked: int = 0  # rows of batched runs compared with their context run alone
+    uses_encoder_lengths: Dict[str, bool] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: TensorSpec, encoder_dim: int,
+                        score: Callable, vocabulary: Sequence[str], initial: Optional[Callable] = None,
+                        update: Optional[Callable] = None, states: Sequence = (),
+                        updater_states: Optional[Sequence[str]] = None, scorer_states: Optional[Sequence[str]] = None,
+                        blank: Optional[int] = None, sentence_end: Optional[int] = None, scores: str = "log-probs",
+                        history: int = 1, start_label: int = 0, release: str = "master", batch: str = "hyps",
+                        module: Optional[torch.nn.Module] = None, exporter: str = "auto",
+                        utterances: Optional[Sequence[int]] = None, beam: int = 4, max_symbols: int = 3,
+                        atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0) -> LabelScorerReport:
+    """Export a label scorer for RASR into ``folder``; prove it by decoding; return the report.
+
+    ``kind``: ``"stateful"`` (``stateful-onnx``: AED, LSTM LM), ``"transducer"``
+    (``stateful-transducer-onnx``, needs ``release="transducer-pr"``), ``"fixed-context"``
+    (``fixed-context-onnx``), ``"ctc"`` (``no-context-onnx``). Callables, in PyTorch's own terms (the
+    hypothesis batch B everywhere, tokens int64, states in their modules' layout):
+
+    - ``encoder(features [B, T, F], lengths [B]) -> (frames [B, T', E], lengths [B])``;
+    - stateful: ``initial(frames [1, T', E], lengths [1]) -> states`` (after the start label: RASR feeds
+      none), ``update(token [B], frames [B, T', E], lengths [B], *updater_states) -> states``,
+      ``score(*scorer_states) -> [B, V]``;
+    - transducer: ``initial() -> states`` (batch 1), ``update(token [B], *updater_states) -> states``,
+      ``score(frame [B, E], *scorer_states) -> [B, V]``;
+    - fixed-context: ``score(frame [B, E], history [B, history]) -> [B, V]`` (oldest label first);
+    - ctc: ``score(frame [B, E]) -> [B, V]``.
+
+    ``states``: ``StateSpec``s in the order the callables return them, their hypothesis batch a ``Dim``
+    named ``batch``; ``updater_states``/``scorer_states``: the ones each reads (default all).
+    ``scores``: ``"log-probs"`` (the graph negates them) or ``"costs"``. ``vocabulary``: the labels in the
+    lexicon's order (V = its size). ``utterances``: feature lengths decoded in the proof (default: the
+    example's, four times it, and the shortest that gives one encoder frame).
+    """
+    t0 = time.perf_counter()
+    checks.check_arguments(kind, release, scores, vocabulary, blank, sentence_end, history, features)
+    states = list(states)
+    names = [s.name for s in states]
+    updater_states = list(updater_states or names)
+    scorer_states = list(scorer_states or names)
+    if kind in STATEFUL:
+        checks.check_states(states, batch, updater_states, scorer_states)
+    fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
+    uses_length = _rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
+                            scores, history, batch, seed)
+    parts, maps = build(kind, fns, features, encoder_dim, states, updater_states, scorer_states, len(vocabulary),
+                        scores == "log-probs", history, batch, uses_length)
+    folder = os.path.abspath(folder)
+    settings, search = _settings(kind, blank, sentence_end, history, start_label)
+    text = config.fragment(kind, release, folder, maps, settings, search)
+    report = LabelScorerReport(folder, kind, KINDS[kind]["type"], release, config=text,
+                               uses_encoder_lengths={g: v for g, v in uses_length.items()})
+    torch_scorer = TorchCallables(kind, fns.as_dict(), states, updater_states, scorer_states, batch,
+                                  scores == "log-probs", uses_length, history, start_label)
+    lengths = _utterance_lengths(fns, features, utterances)
+
+    def rasr_loads_and_decodes(protos: Dict[str, onnx.ModelProto]) -> None:
+        values = config.parse(text)
+        report.loader = loader.check(kind, protos, values, len(vocabulary))
+        rasr = RasrEmulator(kind, values, graphs=protos)
+        gen = np.random.default_rng(seed)
+        feats = [gen.standard_normal((1, n, features.dims[2])).astype(np.float32) for n in lengths]
+        report.decodes = prove(kind, rasr, torch_scorer, feats, beam, blank, sentence_end, max_symbols)
+        report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
+
+    parts_report = export_parts(with_metadata(parts), folder, states, batch=batch, batch_first=True,
+                                exporter=exporter, atol=atol, rtol=rtol, seed=seed, checks=[rasr_loads_and_decodes],
+                                extra_files={CONFIG_FILE: text})
+    summary = parts_report.to_dict()
+    report.graphs, report.states, report.files = summary["graphs"], summary["states"], dict(parts_report.files)
+    report.files["report"] = os.path.join(folder, REPORT_FILE)
+    report.timings["total"] = time.perf_counter() - t0
+    _write_text(report.files["report"], report.to_json() + "\n")
+    return report
+
+
+def _owner(*callables) -> torch.nn.Module:
+    """The module whose weights the callables use: a module itself, or the one a bound method belongs to."""
+    for fn in callables:
+        found = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+        if isinstance(found, torch.nn.Module):
+            return found
+    raise checks.LabelScorerError("none of the callables is a module or a module's method: pass module= (the module "
+                                  "holding their weights)", tensor="module", rule="weights' module")
+
+
+def _settings(kind: str, blank, sentence_end, history: int, start_label: int):
+    """The decoder's own keys, and the search lines the fragment names in comments."""
+    if kind == "stateful":
+        return {}, ["lexiconfree-labelsync-beam-search", f"sentence-end-label-index = {sentence_end}"]
+    settings = {"history-length": str(history), "start-label-index": str(start_label)} if kind == "fixed-context" else {}
+    search = ["lexiconfree-timesync-beam-search", f"blank-label-index = {blank}"]
+    if kind != "ctc":
+        search.append("decoder.vertical-label-transition = true: labels stay on their frame (RNN-T); false: each "
+                      "label consumes one (both proven)")
+    return settings, search
+
+
+def _write_text(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _example(features: TensorSpec, batch: int, time_: int, seed: int):
+    sizes = {features.dims[0].name: batch, features.dims[1].name: time_}
+    feeds = make_inputs([features], sizes, seed=seed)
+    x = feeds[features.name]
+    n = feeds[features.onnx_names[1]] if features.lengths else torch.full((batch,), time_, dtype=torch.int32)
+    return x, n
+
+
+def _example_time(features: TensorSpec) -> int:
+    dim = features.dims[1]
+    return dim.example or max(37, 2 * dim.min)
+
+
+def _rehearse(kind, fns: Callables, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
+              convention, history, batch, seed) -> Dict[str, bool]:
+    """The callables run once as the graphs will call them; returns which read the encoder lengths."""
+    hyps = 3
+    with torch.no_grad():
+        x, n = _example(features, 2, _example_time(features), seed)
+        frames, _ = fns.encoder(x, n)
+        if frames.dim() != 3 or frames.shape[0] != 2 or frames.shape[2] != encoder_dim:
+            raise checks.LabelScorerError(f"the encoder returned {list(frames.shape)} for {list(x.shape)}; declared "
+                                          f"[B, T', encoder_dim={encoder_dim}]", graph="encoder",
+                                          tensor="encoder_states", rule="encoder frames [B, T', E]")
+        e1 = frames[:1]
+        n1 = torch.tensor([frames.shape[1]], dtype=torch.int32)
+        token = torch.arange(1, hyps + 1) % len(vocabulary)
+        frame = e1[:, -1].expand(hyps, -1)
+        uses = {}
+        if kind in STATEFUL:
+            init_args = (e1, n1) if kind == "stateful" else ()
+            first = flatten(fns.initial(*init_args))
+            checks.check_state_values("state-initializer", first, states, batch, 1)
+            tiled = {s.name: torch.cat([v] * hyps, dim=batch_axis(s, batch)) for s, v in zip(states, first)}
+            upd = [tiled[name] for name in updater_states]
+            enc_args = (e1.expand(hyps, -1, -1), n1.expand(hyps)) if kind == "stateful" else ()
+            new = flatten(fns.update(token, *enc_args, *upd))
+            checks.check_state_values("state-updater", new, states, batch, hyps)
+            named = dict(zip([s.name for s in states], new))
+            sc = [named[name] for name in scorer_states]
+            scores = fns.score(*(sc if kind == "stateful" else [frame] + sc))
+            if kind == "stateful":
+                uses = {"state-initializer": checks.probe_lengths(fns.initial, e1, n1),
+                        "state-updater": checks.probe_lengths(fns.update, *enc_args, token, *upd)}
+        elif kind == "fixed-context":
+            scores = fns.score(frame, torch.stack([token] * history, 1))
+        else:
+            scores = fns.score(frame)
+        checks.check_scores(scores, hyps, vocabulary, convention)
+    return uses
+
+
+def _utterance_lengths(fns: Callables, features: TensorSpec, utterances) -> List[int]:
+    if utterances is not None:
+        return [int(n) for n in utterances]
+    example = _example_time(features)
+    return [example, 4 * example, _one_frame(fns, features)]
+
+
+def _one_frame(fns: Callables, features: TensorSpec) -> int:
+    """The fewest feature frames that give one encoder frame (the encoder may refuse fewer)."""
+    for n in range(max(1, features.dims[1].min), 257):
+        try:
+            with torch.no_grad():
+                frames, _ = fns.encoder(torch.zeros(1, n, features.dims[2]), torch.tensor([n], dtype=torch.int32))
+        except Exception:  # noqa: BLE001 - too short for this encoder: try one more frame
+            continue
+        if frames.shape[1] == 1:
+            return n
+        if frames.shape[1] > 1:
+            break
+    raise checks.LabelScorerError("no utterance length gives exactly one encoder frame; pass utterances=",
+                                  graph="encoder", rule="one-frame utterance")

@@ -1,0 +1,67 @@
+"""Proof by decoding: the same search over the written graphs (called as RASR does) and over PyTorch.
+
+For each utterance (one of the export example's length, one much longer,
+one of a single encoder frame) and each search of the kind (greedy and a
+beam; label-synchronous for AED; time-synchronous with blank for the
+transducer, with labels on the same frame and labels consuming one), both
+decodes must give the same labels and costs within ``atol`` per label.
+Inside the RASR emulation, every batched run is also checked row by row
+against each context scored alone.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from .errors import DecodeMismatch
+from .search import label_sync, time_sync
+
+
+def searches(kind: str, beam: int) -> List[Dict]:
+    out = []
+    for width in (1, beam):
+        name = "greedy" if width == 1 else f"beam {width}"
+        if kind == "stateful":
+            out.append({"name": f"{name}, label-synchronous", "beam": width})
+        elif kind == "ctc":
+            out.append({"name": f"{name}, time-synchronous", "beam": width, "vertical": False})
+        else:
+            for vertical in (True, False):
+                out.append({"name": f"{name}, time-synchronous, labels {'stay on' if vertical else 'consume'} "
+                                    "the frame", "beam": width, "vertical": vertical})
+    return out
+
+
+def decode(scorer, kind: str, frames: int, search: Dict, blank, sentence_end, max_symbols: int,
+           labels_per_frame: float):
+    if kind == "stateful":
+        return label_sync(scorer, search["beam"], sentence_end, max(1, math.ceil(labels_per_frame * frames)))
+    return time_sync(scorer, frames, search["beam"], blank, search["vertical"], max_symbols)
+
+
+def prove(kind: str, rasr, torch_scorer, utterances: Sequence[np.ndarray], beam: int, blank, sentence_end,
+          max_symbols: int = 3, labels_per_frame: float = 2.0, atol: float = 1e-3) -> List[Dict]:
+    """One entry per utterance and search; a ``DecodeMismatch`` at the first disagreement."""
+    decodes = []
+    for features in utterances:
+        frames = rasr.encode(features)
+        if torch_scorer.encode(features) != frames:
+            raise DecodeMismatch(f"the encoder graph gives {frames} frames for {features.shape[1]} feature frames, "
+                                 "PyTorch another count", graph="encoder", tensor="outputs", rule="decode as PyTorch")
+        for search in searches(kind, beam):
+            got = decode(rasr, kind, frames, search, blank, sentence_end, max_symbols, labels_per_frame)
+            want = decode(torch_scorer, kind, frames, search, blank, sentence_end, max_symbols, labels_per_frame)
+            where = f"{search['name']}, {features.shape[1]} feature frames ({frames} encoder frames)"
+            if got.labels != want.labels:
+                raise DecodeMismatch(f"{where}: the graphs called as RASR calls them decode {list(got.labels)}, "
+                                     f"PyTorch {list(want.labels)}", graph="scorer", tensor="scores",
+                                     rule="decode as PyTorch")
+            if abs(got.cost - want.cost) > atol * (1 + len(want.labels)):
+                raise DecodeMismatch(f"{where}: cost {got.cost:.6f} through the graphs, {want.cost:.6f} in PyTorch",
+                                     graph="scorer", tensor="scores", rule="decode as PyTorch")
+            decodes.append({"feature_frames": int(features.shape[1]), "encoder_frames": int(frames),
+                            "search": search["name"], "labels": list(got.labels), "cost_onnx": round(got.cost, 6),
+                            "cost_pytorch": round(want.cost, 6)})
+    return decodes
