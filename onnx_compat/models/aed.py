@@ -112,3 +112,22 @@ def tiny(features: int = 20, vocab: int = 10, seed: int = 0) -> AED:
         model.encoder.output.weight.mul_(4)
         model.encoder.output.bias[-1] -= 1.0
     return model.eval()
+
+
+def label_scorer_job(kind: str = "stateful", seed: int = 0) -> dict:
+    """``export_label_scorer`` arguments for the tiny AED as RASR's ``stateful-onnx`` (``kind="stateful"``) or
+    its CTC head as ``no-context-onnx`` (``kind="ctc"``); the factory the ``label-scorer`` verb takes."""
+    from ..spec import Dim, TensorSpec
+    from ..streaming import StateSpec
+    model = tiny(seed=seed)
+    hyps = Dim("hyps")
+    common = dict(encoder=model.encode, encoder_dim=model.dim, module=model,
+                  features=TensorSpec("features", [Dim("batch"), Dim("time", min=7), 20], lengths=[1]))
+    vocabulary = ["</s>"] + [f"label{i}" for i in range(1, model.vocab)]
+    if kind == "ctc":
+        return dict(kind="ctc", score=model.ctc_log_probs, vocabulary=vocabulary + ["<blank>"], blank=model.vocab,
+                    **common)
+    return dict(kind="stateful", initial=model.initial_states, update=model.step, score=model.log_probs,
+                states=[StateSpec("h", [1, hyps, model.hidden]), StateSpec("c", [1, hyps, model.hidden]),
+                        StateSpec("context", [hyps, model.dim])],
+                scorer_states=["h", "context"], vocabulary=vocabulary, sentence_end=model.sentence_end, **common)

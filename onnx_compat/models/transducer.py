@@ -169,3 +169,24 @@ def tiny_stateless(features: int = 20, vocab: int = 12, context: int = 2, seed: 
     model = StatelessTransducer(features, vocab, context=context)
     _lively(model.joint, model.blank)
     return model.eval(), feature_spec(features)
+
+
+def label_scorer_job(kind: str = "transducer", seed: int = 0) -> dict:
+    """``export_label_scorer`` arguments: the tiny LSTM transducer as ``stateful-transducer-onnx``
+    (``kind="transducer"``, RASR's open PR #149) or the stateless one as ``fixed-context-onnx``
+    (``kind="fixed-context"``, RASR master); the factory the ``label-scorer`` verb takes."""
+    from ..streaming import StateSpec
+    vocabulary = [f"label{i}" for i in range(11)] + ["<blank>"]
+    if kind == "fixed-context":
+        model, feat = tiny_stateless(seed=seed)
+        return dict(kind="fixed-context", encoder=model.encode, features=feat, encoder_dim=32, score=model.score,
+                    vocabulary=vocabulary, blank=model.blank, history=model.context, start_label=model.blank,
+                    module=model)
+    model, feat = tiny(seed=seed)
+    hyps = Dim("hyps")
+    L, P = model.layers, model.pred_dim
+    return dict(kind="transducer", release="transducer-pr", encoder=model.encode, features=feat, encoder_dim=32,
+                initial=model.initial_states, update=model.predict, score=model.score,
+                states=[StateSpec("h", [L, hyps, P]), StateSpec("c", [L, hyps, P]), StateSpec("out", [hyps, P])],
+                updater_states=["h", "c"], scorer_states=["out"], vocabulary=vocabulary, blank=model.blank,
+                module=model)
