@@ -59,13 +59,13 @@ def run_child(code: str, args: Sequence[str], what: str, timeout: int = 300) -> 
     return run_program([sys.executable, "-c", code, *args], what, timeout)
 
 
-def run_program(command: Sequence[str], what: str, timeout: int = 300) -> str:
-    """Stdout of ``command``; a failure (sherpa-onnx exits on a model it refuses) is a ``ConsumerMismatch``
+def run_program(command: Sequence[str], what: str, timeout: int = 300, stderr: bool = False) -> str:
+    """Stdout of ``command`` (``stderr``: its stderr, where sherpa-onnx's streaming binary prints results); a failure (sherpa-onnx exits on a model it refuses) is a ``ConsumerMismatch``
     quoting the consumer's last log line."""
     done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise ConsumerMismatch(what, None, "a result", f"exit code {done.returncode}: {_last_line(done.stderr)}")
-    return done.stdout
+    return done.stderr if stderr else done.stdout
 
 
 def _last_line(text: str) -> str:

@@ -153,7 +153,8 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
                      batches: Optional[Sequence[int]] = None, none_first: bool = False,
                      module: Optional[torch.nn.Module] = None, max_drift: Optional[float] = None,
                      atol: float = 1e-4, rtol: float = 1e-3, metadata: Optional[Mapping[str, str]] = None,
-                     opset: Optional[int] = None, seed: int = 0) -> Report:
+                     opset: Optional[int] = None, seed: int = 0, contract: Optional[str] = None,
+                     vocabulary: Optional[Sequence[str]] = None) -> Report:
     """Export one call of ``step`` with its states as named inputs/outputs; prove it by streaming.
 
     ``step(*chunk_inputs, *state_args)`` returns the outputs then the new
@@ -173,11 +174,15 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     ``batches``: the stream's batch sizes (default 1 and the example's + 1);
     ``chunks``: calls per stream (>= 5). ``module``: the module a plain
     function's weights live in (a bound method or a module is found itself).
+    ``contract``: a consumer's streaming contract (``"sherpa-onnx/online-nemo-ctc"``, with ``vocabulary``):
+    the declarations checked before the pre-pass, the graph before writing (its metadata derived from the
+    ``StateSpec``s, ``chunk`` and ``shift``), the stream decoded inside the consumer; its files beside ``path``.
     """
     t_start = time.perf_counter()
     if exporter not in ("auto", "dynamo", "torchscript"):
         raise ValueError(f"unknown exporter {exporter!r}; choose from ('dynamo', 'torchscript', 'auto')")
     d = _declare(inputs, states, outputs, chunk, shift, right_context, time_axis, chunks)
+    declared_contract = _declared_contract(contract, d, vocabulary)
     n_args = sum(1 for s in d.inputs for name in [s.arg] + [s.length_args.get(a) for a in s.lengths] if name is None)
     if not accepts_inputs(step, n_args + len(d.layout.items)):
         raise StreamingError(f"{step_name(step)} cannot take {n_args} chunk input(s) and {len(d.layout.items)} state "
@@ -187,6 +192,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     with preserved(step_module):
         job = _prepare(step_module, step_name(step), d, init_states, none_first, full_forward, batches, metadata,
                        opset, seed, atol, rtol, max_drift)
+        job.contract, job.vocabulary, job.contract_metadata = declared_contract, vocabulary, dict(metadata or {})
         order = (["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]) if exporter == "auto" else [exporter]
         attempts: List[Attempt] = []
         failures: List[Exception] = []
@@ -196,7 +202,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
                 report = _attempt(name, job, written)
             except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
                 if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch) \
-                        or isinstance(exc, StreamDrift):  # the step itself, not the exporter: none would help
+                        or isinstance(exc, StreamDrift) or _contract_error(exc):  # the step's or the user's fault
                     raise
                 attempts.append(Attempt(name, False, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0))
                 failures.append(exc)
@@ -232,6 +238,40 @@ class _Job:
     atol: float
     rtol: float
     max_drift: Optional[float]
+    contract: Optional[object] = None  # contracts.Contract of a streaming consumer
+    vocabulary: Optional[Sequence[str]] = None
+    contract_metadata: Optional[Dict[str, str]] = None  # the user's metadata, checked by the contract
+
+
+def _declared_contract(name: Optional[str], d: _Declared, vocabulary):
+    """The streaming contract, its rules checked on the declarations (``ContractError`` before anything runs)."""
+    if name is None:
+        return None
+    from onnx_compat.contracts.sherpa_streaming import check_declared, streaming_contract
+    found = streaming_contract(name)
+    check_declared(found, d.inputs, d.layout.flat, d.outputs, d.plan.time_axis, vocabulary)
+    return found
+
+
+def _contract_error(exc: Exception) -> bool:
+    """A contract's refusal or a consumer's different result: the user's error, not the exporter's."""
+    from onnx_compat.contracts import ConsumerMismatch, ContractError
+    return isinstance(exc, (ContractError, ConsumerMismatch))
+
+
+def _contracted(job: "_Job", proto, tmp: str):
+    """Before writing: the contract on the streamed graph (metadata set, saved to ``tmp``), then the stream decoded
+    inside the contract's consumers against PyTorch's streamed decode."""
+    from onnx_compat.contracts.sherpa_stream_consumers import StreamJob
+    from onnx_compat.contracts.sherpa_streaming import apply_streaming
+    d = job.declared
+    applied = apply_streaming(job.contract, proto, d.layout.flat, d.plan.chunk, d.plan.shift, job.vocabulary,
+                              job.contract_metadata)
+    onnx.save(proto, tmp)
+    initial = lambda b: d.layout.initial({**d.sizes, **({d.batch_dim: b} if d.batch_dim else {})},  # noqa: E731
+                                         job.init_states, b)
+    applied.verify_in_consumer(proto, StreamJob(job.step, d.inputs, d.outputs, initial), d.inputs)
+    return applied
 
 
 def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forward, batches, metadata, opset, seed,
@@ -290,7 +330,11 @@ def _attempt(name: str, job: _Job, written: str) -> Report:
         _check_drift(entries, job.max_drift)
         report.findings += [f"{r.text()}: a trace would freeze it; this graph streamed right" for r in job.reads]
         report.timings["verify_stream"] = time.perf_counter() - t1
+        applied = _contracted(job, proto, tmp) if job.contract is not None else None
         os.replace(tmp, written)
+        if applied is not None:
+            applied.write_files(os.path.dirname(written))
+            report.contract = applied.to_dict()
     report.path = written
     report.verification = entries
     report.max_abs_err = max((o["max_abs_err"] for e in entries for o in e["outputs"]), default=0.0)
