@@ -120,6 +120,8 @@ def test_outputs_must_leave_output_1_to_be_skipped(tmp_path):
     ({"step": _FewerValidFrames().eval()}, "output 1 (frame count)", "3"),
     ({"metadata": {"window_size": "20"}}, "metadata 'window_size'", "'20'"),
     ({"metadata": {"subsampling_factor": "8"}}, "output 0 frames per call", "4"),
+    ({"metadata": {"subsampling_factor": "four"}}, "metadata 'subsampling_factor' (feature frames per output frame)",
+     "'four'"),
 ])
 def test_graphs_sherpa_onnx_would_misread_are_refused_before_writing(change, what, got, tmp_path):
     """Checked on the exported graph (it ran and streamed in ONNX Runtime), refused before the rename."""

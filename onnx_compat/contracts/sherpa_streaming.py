@@ -68,7 +68,10 @@ def frames_are_what_sherpa_reads(ctx: Context) -> List[Finding]:
     says fewer frames are valid (output 1) gets its invalid ones decoded; one whose frames do not cover exactly the
     shift emits them twice or skips some."""
     frames, own, _ = _frames_per_call(ctx)
-    factor, shift = int(ctx.metadata["subsampling_factor"]), int(ctx.metadata["chunk_shift"])
+    try:
+        factor, shift = positive_int(ctx.metadata["subsampling_factor"]), positive_int(ctx.metadata["chunk_shift"])
+    except (KeyError, ValueError):
+        return []  # the metadata key's own finding says why
     found = []
     if own is not None and own != frames:
         found.append(Finding("output 1 (frame count)", f"{frames}, the frames of output 0 that sherpa-onnx decodes "
