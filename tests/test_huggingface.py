@@ -262,3 +262,21 @@ def test_a_failed_export_writes_neither_the_model_nor_the_files(tmp_path):
     code = cli.main([f"hf:{folder}", "--task", "ctc", "--out", str(out / "m.onnx"), "--exporter", "torchscript",
                      "--atol", "0", "--rtol", "0"])  # no float model meets a zero tolerance: verification fails
     assert code == 1 and _nothing_written(out), os.listdir(out)
+
+
+def test_two_checkpoints_never_mix_their_runtime_files_in_one_folder(tmp_path):
+    """A second checkpoint exported into a folder holding another model's runtime files is refused before
+    anything is written (its files would replace some of the first's and leave the rest beside them); the
+    same checkpoint again into the same folder is fine."""
+    first = tiny.checkpoint(tmp_path / "w2v2", "wav2vec2", "ctc", tokenizer=True)
+    second = tiny.checkpoint(tmp_path / "wavlm", "wavlm", "ctc")
+    out = tmp_path / "mix"
+    out.mkdir()
+    assert cli.main([f"hf:{first}", "--out", str(out / "w.onnx"), "--exporter", "torchscript"]) == 0
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    from onnx_compat.huggingface import FolderError, export_pretrained
+    with pytest.raises(FolderError, match="another model's runtime files") as raised:
+        export_pretrained(second, str(out / "p.onnx"), exporter="torchscript")
+    assert "config.json" in str(raised.value) and "vocab.json" in str(raised.value)
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before, "nothing written, nothing replaced"
+    assert export_pretrained(first, str(out / "w2.onnx"), exporter="torchscript").files  # same files: no mixing

@@ -6,10 +6,10 @@ module, its ``TensorSpec``s, the fixed sizes, the runtime files);
 ``onnx_compat.export`` and writes the config, preprocessor and tokenizer files
 beside the model. ``families.py`` says which model types and tasks are covered.
 """
-from .errors import (ConfigError, HFError, PreprocessorError, TaskError, UncoveredModelError,  # noqa: F401
+from .errors import (ConfigError, FolderError, HFError, PreprocessorError, TaskError, UncoveredModelError,  # noqa: F401
                      WeightsError)
 from .families import COVERED, TASK_NAMES  # noqa: F401
 from .job import HFJob, export_pretrained, from_pretrained_dir  # noqa: F401
 
 __all__ = ["from_pretrained_dir", "export_pretrained", "HFJob", "HFError", "ConfigError", "UncoveredModelError",
-           "TaskError", "PreprocessorError", "WeightsError", "COVERED", "TASK_NAMES"]
+           "TaskError", "PreprocessorError", "WeightsError", "FolderError", "COVERED", "TASK_NAMES"]

@@ -49,3 +49,12 @@ class WeightsError(HFError):
     def __init__(self, message: str, *, missing: Sequence[str] = (), **fields):
         super().__init__(message, **fields)
         self.missing = tuple(missing)
+
+
+class FolderError(HFError):
+    """The output folder holds another model's runtime files (``others``): writing ours beside them would mix
+    two models' config, preprocessor and tokenizer files."""
+
+    def __init__(self, message: str, *, others: Sequence[str] = (), **fields):
+        super().__init__(message, **fields)
+        self.others = tuple(others)

@@ -2,12 +2,15 @@
 
 With them the output folder loads as a checkpoint folder does
 (``AutoConfig``/``AutoFeatureExtractor``/``AutoTokenizer.from_pretrained``),
-minus the weights, which are in the ONNX file. They are staged as hidden
+minus the weights, which are in the ONNX file. A folder holding another
+model's runtime files is refused before anything is written (``foreign_files``):
+two models' files never mix in one folder. They are staged as hidden
 temporary files before the export and renamed into place only once it has
 succeeded, so a failed export writes none of them.
 """
 from __future__ import annotations
 
+import filecmp
 import fnmatch
 import os
 import shutil
@@ -27,6 +30,19 @@ def runtime_files(folder: str) -> List[str]:
     """The runtime files present in ``folder``, in a stable order."""
     names = sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
     return [os.path.join(folder, n) for n in names if any(fnmatch.fnmatch(n, p) for p in RUNTIME_FILES)]
+
+
+def foreign_files(ours: List[str], destination: str) -> List[str]:
+    """Runtime files in ``destination`` that are not the ones we would write there: a name we do not copy (it
+    would stay beside ours), or one we do with other content (another model's, which ours would replace while
+    its companions stay). The checkpoint folder itself and a repeat of the same export have none."""
+    mine = {os.path.basename(p): p for p in ours}
+    found = []
+    for path in runtime_files(destination):
+        source = mine.get(os.path.basename(path))
+        if source is None or not (os.path.samefile(source, path) or filecmp.cmp(source, path, shallow=False)):
+            found.append(os.path.basename(path))
+    return found
 
 
 @contextmanager

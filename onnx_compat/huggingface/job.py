@@ -20,7 +20,7 @@ from torch import nn
 from .. import export
 from ..spec import TensorSpec
 from . import families, files
-from .errors import ConfigError, PreprocessorError, TaskError, UncoveredModelError, WeightsError
+from .errors import ConfigError, FolderError, PreprocessorError, TaskError, UncoveredModelError, WeightsError
 from .families import Family, Task
 from .wrappers import AudioModel, FrameHead
 
@@ -169,13 +169,20 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
     ``export_kwargs`` go to ``onnx_compat.export`` (``exporter``, ``atol``,
     ...); ``metadata`` is merged with the job's. The runtime files are copied
     before the export under temporary names and renamed once it has passed:
-    a failed export leaves neither the model nor the files.
+    a failed export leaves neither the model nor the files. A folder that holds another model's runtime
+    files is refused first (``FolderError``): one folder, one model's files.
     """
     job = from_pretrained_dir(folder, task)
     export_kwargs["metadata"] = {**job.metadata, **dict(export_kwargs.get("metadata") or {})}
     destination = os.path.dirname(os.path.abspath(os.fspath(path)))
     # a missing output folder is export()'s error to give, before anything is staged
     copies = job.files if copy_files and os.path.isdir(destination) else []
+    others = files.foreign_files(copies, destination) if copies else []
+    if others:
+        raise FolderError(f"{destination} holds another model's runtime files ({', '.join(others)}): "
+                          f"{job.model_type}'s files from {job.folder} would be mixed with them; export into "
+                          "another folder, or remove them first", others=others, folder=job.folder, task=job.task,
+                          model_type=job.model_type)
     with files.staged_copies(copies, destination) as staged:
         report = export(job.model, path, job.inputs, job.outputs, **export_kwargs)
         report.files = files.commit(staged)
