@@ -20,7 +20,7 @@ from onnx_compat.errors import (CaptureError, Culprit, DimSpecialized, ExportErr
                                 RuntimeUnavailable, SpecError, SpectralError, TargetError, VerificationError)
 from onnx_compat.graph import describe  # noqa: E402
 from onnx_compat.patches.registry import available_patches, patched, unavailable_patches  # noqa: E402
-from onnx_compat.pipeline import export  # noqa: E402
+from onnx_compat.api import export  # noqa: E402
 from onnx_compat.pipeline.report import Attempt, Report  # noqa: E402
 from onnx_compat.pipeline.verification import verify  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402

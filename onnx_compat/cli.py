@@ -24,7 +24,7 @@ import torch
 from onnx_compat.factories import FactoryError, call_factory
 from onnx_compat.graph import describe
 from onnx_compat.huggingface import HFError, cli as hf_cli
-from onnx_compat.pipeline import export
+from onnx_compat.api import export
 from onnx_compat.pipeline.files import check_writable, write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.verification import session, verify

@@ -17,7 +17,7 @@ import onnx
 import torch
 
 from onnx_compat.pipeline import capture as exporters
-from onnx_compat.pipeline import export
+from onnx_compat.api import export
 from onnx_compat.models import conformer, conv_demo
 from onnx_compat.pipeline.vanilla import vanilla_export
 

@@ -1,17 +1,23 @@
 """The export pipeline: ``export()``, read as the sequence of its stages.
 
-request (every argument checked once, ``request.py``) -> the model run once on
-the example (``subject.py``) -> for each capture strategy in turn
-(``capture.py``): capture under the patches, repair and fit to the target,
-dims, cleanup, verification against the unpatched eager model
-(``stages.attempt``) -> the used attempt's findings, metadata and RASR
-(``stages.conclude``) -> atomic write (``stages.write``) -> the ``Report``.
-Nothing is written unless every stage passed, and the model is left as it was.
+request (every argument checked once, ``request.py``; each deployment step
+checks its own, ``steps.py``) -> the model run once on the example
+(``subject.py``) -> for each capture strategy in turn (``capture.py``):
+capture under the patches, repair and fit to the target, dims, cleanup,
+verification against the unpatched eager model (``stages.attempt``) -> the
+used attempt's findings and metadata, then each step's changes and checks
+(``stages.conclude``) -> atomic write, and each step's own files
+(``stages.write``) -> the ``Report``, one entry per step. Nothing is written
+unless every stage passed, and the model is left as it was.
+
+The pipeline imports none of the deployment features nor the diagnosis:
+they are handed in (``onnx_compat/api.py`` builds them from the public
+arguments).
 """
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
@@ -20,58 +26,34 @@ from onnx_compat.model_state import preserved
 from onnx_compat.pipeline import choose, stages
 from onnx_compat.pipeline.memory import PeakMemory
 from onnx_compat.pipeline.report import Attempt, Report
-from onnx_compat.pipeline.request import ExportRequest, build_request
+from onnx_compat.pipeline.request import Diagnose, ExportRequest, build_request
+from onnx_compat.pipeline.steps import Step
 from onnx_compat.pipeline.weights import folder_for, weight_bytes, works_on_disk
 
-__all__ = ["export", "ExportError", "Report"]
+__all__ = ["export", "ExportError", "Report", "Step"]
 
 
-def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str = "auto",
-           sizes: Optional[Mapping[str, int]] = None, verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3,
-           strict: bool = False, rasr: Union[bool, dict] = False, metadata: Optional[Mapping[str, str]] = None,
-           opset: Optional[int] = None, seed: int = 0, patches: Optional[dict] = None,
-           cleanup: Optional[bool] = None, examples=None, target: Optional[str] = None, runtimes=(),
-           external_data: Optional[bool] = None, progress: Optional[Callable[[str], None]] = None,
-           contract: Optional[str] = None, vocabulary: Optional[Sequence[str]] = None,
-           quantize: Optional[str] = None, quantize_options: Optional[Mapping[str, object]] = None) -> Report:
-    """Export ``model`` to ``path`` and prove it; return the ``Report``.
+def export(model: torch.nn.Module, path: str, inputs, outputs, *, steps: Sequence[Step] = (),
+           diagnose: Optional[Diagnose] = None, exporter: str = "auto", sizes: Optional[Mapping[str, int]] = None,
+           verify: bool = True, atol: float = 1e-4, rtol: float = 1e-3, strict: bool = False,
+           metadata: Optional[Mapping[str, str]] = None, opset: Optional[int] = None, seed: int = 0,
+           patches: Optional[dict] = None, cleanup: Optional[bool] = None, examples=None,
+           target: Optional[str] = None, external_data: Optional[bool] = None,
+           progress: Optional[Callable[[str], None]] = None) -> Report:
+    """Export ``model`` to ``path`` and prove it, with ``steps`` run around it; return the ``Report``.
 
-    ``inputs``/``outputs``: ``TensorSpec`` lists in ONNX order. ``exporter``:
-    "dynamo", "torchscript" or "auto" (TorchScript first, the cheaper
-    export; dynamo when TorchScript fails to export or to verify). ``sizes`` overrides the example size of
-    named dims. ``strict``: baked-constant TracerWarnings and degenerate
-    outputs are errors. ``rasr``: True (or ``check_rasr`` keyword arguments)
-    requires RASR's rules to hold. ``patches``: options for ``patched()``.
-    ``cleanup``: clean the graph with ONNX Runtime's basic offline optimiser, then
-    verify the result (default: TorchScript exports, and dynamo exports holding
-    LSTM/GRU nodes; dynamo optimizes the rest of its graphs itself). ``examples``:
-    real inputs ``[{onnx_name: tensor}, ...]``; the first is the export example
-    unless ``sizes`` is given, and every one is verified besides the generated
-    shapes. ``target``: the ONNX Runtime release the model must load in
-    (``"onnxruntime==1.16"``): the newest opset it implements that the exporter
-    writes, and its IR version (``releases.py``). ``runtimes``: other ONNX
-    Runtimes to verify in as well (``verify``'s argument). ``external_data``: the
-    weights in ``<path>.data`` beside the graph (default: from 1 GiB of weights
-    on; past 2 GB it is a must). From 16 MiB of weights on they stay in a file during the export either
-    way (``weights.ON_DISK_FROM``), which keeps its peak memory near the weights' size; ``report.peak_memory``
-    has the export's own peak above the memory in use when it started (``memory.py``).
-    ``progress``: called with the name of each stage as it starts (the CLI shows them on a terminal).
-    ``contract``: a consumer's contract (``"sherpa-onnx/nemo-ctc"``, ``"rasr"``, ... see
-    ``contracts/``): checked against the specs before exporting and against the graph before writing,
-    its metadata and files (``tokens.txt`` from ``vocabulary``) written, and with ``verify`` the model
-    run inside that consumer. ``quantize``: ``"int8-dynamic"``, ``"int8-static"``, ``"fp16"``, ... (see
-    ``quantization/``): once the float model is proven, the approximate model verified with measures
-    that fit it is written at ``path`` and the float model beside it (``model.float.onnx``);
-    ``quantize_options``: its measures, thresholds and exclusion limit.
+    The pipeline alone: what the deployment features add (RASR, contracts, the extra runtimes,
+    quantization) comes in as ``steps`` (``steps.Step``), built from the public keyword arguments by
+    ``onnx_compat.export`` (``onnx_compat/api.py``, which documents every argument). ``diagnose``: the
+    culprit search for a failed attempt (``diagnosis``), handed in from above; None leaves culprits unnamed.
     """
     t_start = time.perf_counter()
     with PeakMemory() as memory:
         memory.stage("request")
         report = _run(model, path, inputs, outputs, progress=memory.telling(progress), exporter=exporter,
-                      sizes=sizes, examples=examples, seed=seed, target=target, opset=opset, runtimes=runtimes,
+                      sizes=sizes, examples=examples, seed=seed, target=target, opset=opset,
                       external_data=external_data, metadata=metadata, verify=verify, atol=atol, rtol=rtol,
-                      strict=strict, rasr=rasr, patches=patches, cleanup=cleanup, contract=contract,
-                      vocabulary=vocabulary, quantize=quantize, quantize_options=dict(quantize_options or {}))
+                      strict=strict, patches=patches, cleanup=cleanup, steps=steps, diagnose=diagnose)
     report.peak_memory = memory.result().to_dict(weight_bytes(model))
     report.timings["total"] = time.perf_counter() - t_start
     return report

@@ -44,24 +44,40 @@ class Report:
     max_abs_err: Optional[float] = None
     degenerate: List[str] = field(default_factory=list)
     warnings: Dict[str, List[str]] = field(default_factory=lambda: {"baked": [], "other": []})
-    rasr: Optional[dict] = None
     metadata: Dict[str, str] = field(default_factory=dict)
     external_data: Optional[str] = None  # the weights' file beside the model (past protobuf's 2 GB)
     target: Optional[str] = None  # the ONNX Runtime release the model was made to load in
     timings: Dict[str, float] = field(default_factory=dict)
-    contract: Optional[dict] = None  # the consumer contract that held, and what its consumers said
-    quantization: Optional[dict] = None  # the approximate model written, its measures and exclusions
     # the proven float model's file as written ("sha256:<hex>"; with quantize, the float model beside it):
     # quantize() matches a report to the model it is given by this
     model_sha256: Optional[str] = None
+    # what each deployment step did (``steps.py``), by step name, in the order they ran: "rasr", a contract's
+    # name, "runtimes", "quantization", ...; an entry's "summary" holds its lines for the terminal
+    steps: Dict[str, dict] = field(default_factory=dict)
     files: List[str] = field(default_factory=list)  # files written beside the model for its runtime
     speed: Optional[dict] = None  # auto timed both verified graphs: the one chosen, the others' time ratios
     # the export's own peak resident memory above the start, its ratio to the weights, and each stage's
     # (``memory.py``): {"bytes", "weights_bytes", "over_weights", "start_bytes", "method", "stages"}
     peak_memory: Optional[dict] = None
 
+    @property
+    def rasr(self) -> Optional[dict]:
+        """The RASR step's entry ("ok", "findings", "roles", ...), or None without one."""
+        return self.steps.get("rasr")
+
+    @property
+    def contract(self) -> Optional[dict]:
+        """The entry of the (first) consumer contract step, RASR's included ("name", "consumer_checks", ...)."""
+        return next((entry for entry in self.steps.values() if entry.get("kind") == "contract"), None)
+
+    @property
+    def quantization(self) -> Optional[dict]:
+        """The quantization step's entry: the approximate model written, its measures and exclusions."""
+        return self.steps.get("quantization")
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields, and the older callers' keys read from the steps ("rasr", "contract", "quantization")."""
+        return {**asdict(self), "rasr": self.rasr, "contract": self.contract, "quantization": self.quantization}
 
     def to_json(self, path: Optional[str] = None) -> str:
         text = json.dumps(self.to_dict(), indent=2)
@@ -107,9 +123,6 @@ class Report:
         lines += self._baked_lines()
         if self.degenerate:
             lines.append(f"degenerate  {self.degenerate}")
-        if self.rasr is not None:
-            state = "ok, fits " + "/".join(self.rasr["roles"]) if self.rasr["ok"] else "; ".join(self.rasr["findings"])
-            lines.append(f"rasr        {state}")
         lines += [f"openvino    {line}" for line in self.openvino]
         lines += self._deployment_lines()
         lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
@@ -156,17 +169,9 @@ class Report:
         return [f"baked?      {w}" for w in baked]
 
     def _deployment_lines(self) -> List[str]:
-        """The consumer contract and what its consumers said; the approximate model written instead."""
+        """The files beside the model; each step's own lines (its entry's "summary"), else its name."""
         lines = [f"beside      {', '.join(os.path.basename(f) for f in self.files)}"] if self.files else []
-        if self.contract is not None:
-            checks = self.contract.get("consumer_checks") or []
-            said = "; ".join(f"{c.get('consumer')}: " + ("skipped, " + str(c["skipped"]) if c.get("ok") is None
-                                                         else "ok" if c.get("ok") else "FAILED") for c in checks)
-            files = ", ".join(self.contract.get("files") or [])
-            lines.append(f"contract    {self.contract['name']}" + (f" (wrote {files})" if files else "")
-                         + (f"; {said}" if said else ""))
-        if self.quantization is not None:
-            q = self.quantization
-            lines.append(f"quantized   {q.get('recipe')} -> {q.get('path')} (float model: {q.get('float_path')})")
+        for name, entry in self.steps.items():
+            said = entry.get("summary")
+            lines += [said] if isinstance(said, str) else list(said) if said else [f"step        {name}"]
         return lines
-

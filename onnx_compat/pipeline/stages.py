@@ -4,7 +4,8 @@ An attempt is capture -> repair and fit -> opset and dims checks -> cleanup
 -> verification, with everything it learns (warnings, repairs, node counts,
 timings, the culprit of a failure) kept on its own ``Attempt``; only the
 attempt that is used hands its state to the report. The conclusion writes
-metadata, checks RASR, summarises the graph and writes the file atomically.
+metadata and runs the deployment steps' checks (``steps.py``), summarises the
+graph; the file is written atomically (or by the step that writes the model).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
+from onnx_compat.pipeline.steps import model_writer
 from onnx_compat.pipeline.verification import reference_cases, verify as verify_model
 from onnx_compat.spec import TensorSpec
 
@@ -39,7 +41,6 @@ class Graph:
     proto: onnx.ModelProto
     results: Optional[list]
     attempt: Attempt
-    applied: Optional[object] = None  # the consumer contract that held (``contracts.Applied``)
     why: Optional[str] = None  # why this graph was chosen, when both exporters' graphs were timed
 
 
@@ -81,17 +82,23 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
 
 def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds: float) -> Optional[Culprit]:
     """What a failed attempt leaves on its record: its error in one line, its warnings, its culprit
-    (returned too, for the ``ExportError``)."""
+    (returned too, for the ``ExportError``) as the search handed in (``request.diagnose``) finds it."""
     if isinstance(exc, CaptureError) and exc.warnings is not None:
         record.warnings = {"baked": exc.warnings.baked, "other": exc.warnings.other}
         record.capture = exc.warnings.capture
-    from onnx_compat.diagnosis.culprit import culprit  # the diagnosis layer reads the pipeline's modules
     what = capture.error_line(exc)
     record.error = what + (baked_hint(record.warnings.get("baked", ())) if _size_could_be_baked(exc) else "")
-    found = culprit(exc, request.model, what) or _diagnosed(exc, request, record.exporter)
+    found = _culprit(exc, request, what, record.exporter)
     record.culprit = found.line() if found else None
     record.seconds = seconds
     return found
+
+
+def _culprit(exc: BaseException, request: ExportRequest, what: str, exporter: str) -> Optional[Culprit]:
+    if request.diagnose is None:
+        return None
+    return request.diagnose(exc, request.subject, what, exporter=exporter, atol=request.atol, rtol=request.rtol,
+                            patches=request.patches)
 
 
 def _size_could_be_baked(exc: BaseException) -> bool:
@@ -137,19 +144,6 @@ def _check_opset(proto: onnx.ModelProto, opset: Optional[int], exporter: str) ->
     got = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), None)
     if opset is not None and got != opset:
         raise ExportError(f"{exporter} wrote opset {got}, not the requested opset {opset}", stage="opset")
-
-
-def _diagnosed(exc, request: ExportRequest, exporter: str) -> Optional[Culprit]:
-    """Wrong numbers at new shapes: the module where they start (``diagnose``)."""
-    if not isinstance(exc, VerificationError):
-        return None
-    from onnx_compat.diagnosis import diagnose
-    try:
-        found = diagnose(request.subject, exporter=exporter, atol=request.atol, rtol=request.rtol,
-                         patches=request.patches)
-    except Exception:  # noqa: BLE001 - the verification error stays the error; the diagnosis only helps
-        return None
-    return found.culprit
 
 
 def _verified(proto, request: ExportRequest, weights=None, serialized=None, **kwargs):
@@ -243,14 +237,9 @@ def metadata_entries(subject, exporter: str, user: Optional[Dict[str, str]]) -> 
     return entries
 
 
-def rasr_names(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> dict:
-    data, out = inputs[0], outputs[0]
-    return {"features": data.name, "features_size": data.onnx_names[1] if data.lengths else None,
-            "output": out.name}
-
-
 def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
-    """The used attempt's state and verification on the report; metadata and RASR on the graph."""
+    """The used attempt's state and verification on the report; the metadata on the graph, then each step's
+    changes and checks (``Step.before_write``)."""
     name, record = used.attempt.exporter, used.attempt
     report.exporter = name
     report.why = used.why or _why(request.exporter, name)
@@ -258,9 +247,6 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     report.repairs, report.nodes_before_cleanup = list(record.repairs), record.nodes_before_cleanup
     report.openvino = list(record.openvino)
     report.timings.update(record.timings)
-    for runtime in request.runtimes:  # OpenVINO keeps each call's latency
-        if getattr(runtime, "latencies", None):
-            report.timings[f"{runtime.name} median call"] = runtime.latency()["median_s"]
     if used.results is not None:
         report.verification = [r.to_dict() for r in used.results]
         report.max_abs_err = max((o.max_abs_err for r in used.results for o in r.outputs), default=0.0)
@@ -270,33 +256,13 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
                               "the comparison proves nothing", stage="strict")
     subject = request.subject
     graph.set_metadata(used.proto, metadata_entries(subject, name, request.metadata))
-    if request.rasr:
-        rasr_args = request.rasr if isinstance(request.rasr, dict) else rasr_names(subject.inputs, subject.outputs)
-        from onnx_compat.contracts.rasr import check_rasr  # the consumers' layer loads when asked for
-        check = check_rasr(used.proto, **rasr_args)
-        report.rasr = check.to_dict()
-        if not check.ok:
-            raise ExportError("RASR would refuse this model: " + "; ".join(check.findings), stage="rasr")
-    if request.contract:
-        used.applied = _contracted(request, report, used.proto)
+    for step in request.steps:  # each step changes and checks the graph; nothing is written yet
+        request.tell(f"step {step.name}")
+        step.before_write(request, report, used.proto)
     summary = graph.describe(used.proto)
     for key in ("opset", "ir_version", "inputs", "outputs", "nodes", "ops", "auto_pad", "metadata", "findings"):
         setattr(report, key, summary[key])
     report.findings += subject.notes
-
-
-def _contracted(request: ExportRequest, report: Report, proto: onnx.ModelProto):
-    """The consumer's contract on the graph (its metadata; its checks before writing), and with ``verify``
-    the model run inside the consumer itself."""
-    from onnx_compat.contracts import apply_contract
-    subject = request.subject
-    request.tell(f"contract {request.contract}")
-    applied = apply_contract(request.contract, proto, subject.inputs, subject.outputs,
-                             vocabulary=request.vocabulary, metadata=request.metadata)
-    if request.verify:
-        applied.verify_in_consumer(proto, subject.model, subject.inputs)
-    report.contract = applied.to_dict()
-    return applied
 
 
 def _why(choice: str, name: str) -> str:
@@ -316,37 +282,35 @@ def only_torchscript() -> str:
 
 
 def whole_graph_if_needed(request: ExportRequest, used: Graph, spill):
-    """A contract's consumers and quantization read the whole model: weights kept in a file only to spare the
-    export's memory (``weights.works_on_disk``) come back into the graph, which is then written as it is."""
-    if spill is None or spill.beside or not (request.contract or request.quantize):
+    """A step that reads the whole model (``Step.needs_whole_graph``: a contract's consumers, quantization):
+    weights kept in a file only to spare the export's memory (``weights.works_on_disk``) come back into the
+    graph, which is then written as it is."""
+    if spill is None or spill.beside or not request.needs_whole_graph:
         return spill
     spill.inline(used.proto)
     return None
 
 
 def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
-    """The graph (fitted to the target) into place atomically, its weights beside it when spilled; with
-    ``quantize`` the approximate model instead (the float one beside it), with a contract its files."""
+    """The graph (fitted to the target) into place atomically, its weights beside it when spilled, unless a
+    step writes the model itself (``Step.writes_model``: quantization); then each step's own files; then what
+    each step did on the report."""
     request.tell("writing")
     proto = used.proto
     releases.fit(proto, request.target)  # a cleaned graph that was not verified is fitted here
-    if request.quantize:
-        _quantized(request, report, proto)
-    elif spill is None:
-        write_atomically(proto, request.path)
+    writer = model_writer(request.steps)
+    if writer is not None:  # it records the hash of the proven float model it writes (``report.model_sha256``)
+        writer.write_model(request, report, proto)
     else:
-        spill.commit(proto)
-        report.external_data = os.path.basename(request.path) + ".data" if spill.beside else None
-    report.model_sha256 = content_hash(report.quantization["float_path"] if request.quantize else request.path)
-    if used.applied is not None:
-        used.applied.write_files(os.path.dirname(request.path))
-
-
-def _quantized(request: ExportRequest, report: Report, proto: onnx.ModelProto) -> None:
-    from onnx_compat.quantization import finish_export
-    subject = request.subject
-    request.tell(f"quantization ({request.quantize})")
-    result = finish_export(proto, request.path, subject.model, subject.inputs, subject.outputs, report,
-                           recipe=request.quantize, examples=subject.examples or None,
-                           **dict(request.quantize_options))
-    report.quantization = result.to_dict()
+        if spill is None:
+            write_atomically(proto, request.path)
+        else:
+            spill.commit(proto)
+            report.external_data = os.path.basename(request.path) + ".data" if spill.beside else None
+        report.model_sha256 = content_hash(request.path)
+    for step in request.steps:
+        step.write_files(request, report, os.path.dirname(request.path))
+    for step in request.steps:
+        described = step.describe()
+        if described is not None:
+            report.steps[step.name] = described

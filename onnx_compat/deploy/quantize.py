@@ -1,0 +1,48 @@
+"""Quantization as a deployment step: ``export(..., quantize="int8-dynamic", quantize_options={...})``.
+
+The recipe, its measures and calibration examples are checked before
+capture; once the float model is proven, this step writes the model: the
+approximate model, verified with measures that fit it, at the export's path
+and the float model beside it (``model.float.onnx``); when quantization
+fails neither is written (``quantization.finish_export``).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from onnx_compat.pipeline.files import content_hash
+from onnx_compat.pipeline.steps import Step
+from onnx_compat.quantization import check_request, finish_export
+
+
+class QuantizeStep(Step):
+    name = "quantization"
+    needs_whole_graph = True  # ONNX Runtime's quantizer reads the whole model
+    writes_model = True
+
+    def __init__(self, recipe: str, options: Optional[Mapping[str, object]] = None, examples=None):
+        self.recipe = recipe
+        self.options = dict(options or {})
+        self.examples = examples
+        self.result: Optional[dict] = None
+
+    def before_capture(self, request) -> None:
+        if not request.verify:
+            raise ValueError("quantize= writes a model proven against the float one: it needs verify=True")
+        if request.spill:
+            raise ValueError("quantize= needs the weights in memory; the export spills them (external_data)")
+        subject = request.subject
+        check_request(self.recipe, subject.inputs, subject.outputs, examples=self.examples, **self.options)
+
+    def write_model(self, request, report, proto) -> None:
+        subject = request.subject
+        request.tell(f"quantization ({self.recipe})")
+        result = finish_export(proto, request.path, subject.model, subject.inputs, subject.outputs, report,
+                               recipe=self.recipe, examples=subject.examples or None, **self.options)
+        self.result = result.to_dict()
+        report.model_sha256 = content_hash(result.float_path)  # the proven float model, beside the approximate one
+
+    def describe(self) -> dict:
+        q = self.result
+        return {**q, "summary": [f"quantized   {q.get('recipe')} -> {q.get('path')} (float model: "
+                                 f"{q.get('float_path')})"]}
