@@ -24,14 +24,13 @@ import torch
 from onnx_compat.parts import export_parts
 from onnx_compat.parts.part import batch_axis
 from onnx_compat.pipeline.adapter import flatten
-from onnx_compat.pipeline.files import write_atomically  # noqa: F401  (the folder's files are staged by parts)
 from onnx_compat.spec import TensorSpec, make_inputs
 
 from . import checks, config, loader
 from .backends import RasrEmulator, TorchCallables
 from .graphs import Callables, build, with_metadata
 from .proof import prove
-from .rasr_specs import KINDS, RELEASES, STATEFUL
+from .rasr_specs import KINDS, STATEFUL
 
 CONFIG_FILE, REPORT_FILE = "label-scorer.config", "report.json"
 

@@ -8,7 +8,7 @@ vocabulary of another size than the scores, scores whose sign contradicts
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -17,7 +17,7 @@ from onnx_compat.parts.part import batch_axis
 from onnx_compat.spec import Dim, TensorSpec
 
 from .errors import LabelScorerError
-from .rasr_specs import KINDS, RELEASES, STATEFUL
+from .rasr_specs import KINDS, RELEASES
 
 _NOT_CONCATENABLE = (torch.float16, torch.bfloat16, torch.bool, torch.uint8, torch.complex64, torch.complex128)
 

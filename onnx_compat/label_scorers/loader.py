@@ -129,8 +129,8 @@ def assumed(kind: str, graphs: Mapping[str, onnx.ModelProto], maps: Mapping[str,
         fed = set(maps[graph].values()) | (set(_states(proto)["in"]) if kind in STATEFUL and graph != "encoder" else set())
         found += [Finding(graph, name, "every input fed", f"input {name!r} is neither mapped in io-map nor a state: "
                           "RASR never feeds it and the run fails (a warning, then a crash)") for name in inputs if name not in fed]
-    scores = graphs["scorer"] and _io(graphs["scorer"])[1].get(maps["scorer"].get("scores", ""))
-    if scores and len(scores["dims"]) == 2 and scores["dims"][1] != vocabulary:
+    scores = _io(graphs["scorer"])[1].get(maps["scorer"].get("scores", ""))
+    if scores is not None and len(scores["dims"]) == 2 and scores["dims"][1] != vocabulary:
         found.append(Finding("scorer", scores["name"], "scores as wide as the vocabulary", f"scores have "
                              f"{scores['dims'][1]} columns, the vocabulary {vocabulary} labels"))
     if kind in STATEFUL:

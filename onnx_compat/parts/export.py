@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import onnx
-import torch
 
 from onnx_compat.streaming.states import StateSpec
 
@@ -43,7 +42,8 @@ class PartsReport:
     def to_dict(self) -> dict:
         return {"folder": self.folder, "files": dict(self.files), "states": self.states, "constant": self.constant,
                 "graphs": {name: {"exporter": r.exporter, "why": r.why, "inputs": r.inputs, "outputs": r.outputs,
-                                  "nodes": r.nodes, "max_abs_err": r.max_abs_err, "verification": r.verification}
+                                  "nodes": r.nodes, "max_abs_err": r.max_abs_err, "verification": r.verification,
+                                  "seconds": {k: round(v, 3) for k, v in r.timings.items()}}
                            for name, r in self.graphs.items()}}
 
 
