@@ -102,6 +102,9 @@ def test_transducer_graphs_config_and_decodes(rnnt):
     assert upd_meta == {"h_in": "h", "c_in": "c", "h_out": "h", "c_out": "c", "out": "out"}
     assert scorer == {"input_feature": [1, 32], "out": ["hyps", P], "scores": ["hyps", len(RNNT_VOCAB)]}
     assert scorer_meta == {"out": "out"}
+    for graph, meta in (("state-initializer", init_meta), ("state-updater", upd_meta), ("scorer", scorer_meta)):
+        step = report.steps[graph]["rasr-label-scorer"]  # the per-graph deployment step wrote and checked it
+        assert step["states"] == meta and step["checked"][0] == "validator", (graph, step)
     values = config.parse(open(report.files["label-scorer.config"]).read())
     assert values["decoder.type"] == "stateful-transducer-onnx"
     assert values["decoder.state-updater-model.io-map.token"] == "token"

@@ -28,7 +28,7 @@ from onnx_compat.spec import TensorSpec, make_inputs
 
 from . import checks, config, loader
 from .backends import RasrEmulator, TorchCallables
-from .graphs import Callables, build, with_metadata
+from .graphs import Callables, build, with_steps
 from .proof import prove
 from .rasr_specs import KINDS, STATEFUL
 
@@ -44,6 +44,7 @@ class LabelScorerReport:
     files: Dict[str, str] = field(default_factory=dict)
     config: str = ""
     loader: List[str] = field(default_factory=list)  # the rule sets each graph passed
+    steps: dict = field(default_factory=dict)  # per graph: what its steps did (RASR metadata and rules, stamped dims)
     graphs: dict = field(default_factory=dict)  # per graph: exporter, I/O, verification (parts' report)
     states: dict = field(default_factory=dict)
     decodes: List[dict] = field(default_factory=list)
@@ -121,11 +122,12 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
         report.decodes = prove(kind, rasr, torch_scorer, feats, beam, blank, sentence_end, max_symbols)
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
 
-    parts_report = export_parts(with_metadata(parts), folder, states, batch=batch, batch_first=True,
+    parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
                                 exporter=exporter, atol=atol, rtol=rtol, seed=seed, checks=[rasr_loads_and_decodes],
                                 extra_files={CONFIG_FILE: text})
     summary = parts_report.to_dict()
     report.graphs, report.states, report.files = summary["graphs"], summary["states"], dict(parts_report.files)
+    report.steps = summary["steps"]
     report.files["report"] = os.path.join(folder, REPORT_FILE)
     report.timings["total"] = time.perf_counter() - t0
     _write_text(report.files["report"], report.to_json() + "\n")

@@ -108,8 +108,10 @@ def _stateful(fns: Callables, encoder_dim, frames, token, scores, names, updater
             Part("scorer", lambda *st: sign * fns.score(*st), [], [scores], states_in=scorer_states, module=fns.module)]
 
 
-def with_metadata(parts: Sequence[Part]) -> List[Part]:
-    """Each graph's metadata ``{graph I/O name: state name}``: how RASR matches states."""
+def with_steps(kind: str, parts: Sequence[Part], maps: Mapping[str, Mapping[str, str]]) -> List[Part]:
+    """Each graph's RASR step: its metadata ``{graph I/O name: state name}`` (how RASR matches states) and
+    its per-graph rules, run by ``export()`` before the graph is written."""
+    from .step import LabelScorerGraphStep
     for part in parts:
-        part.metadata = {**dict(part.metadata), **part.state_io()}
+        part.steps = list(part.steps) + [LabelScorerGraphStep(kind, part.name, maps.get(part.name, {}), part.state_io())]
     return list(parts)

@@ -138,6 +138,30 @@ def assumed(kind: str, graphs: Mapping[str, onnx.ModelProto], maps: Mapping[str,
     return found
 
 
+def state_rules(graph: str, proto: onnx.ModelProto) -> List[Finding]:
+    """What RASR assumes of each state one graph holds: a dtype ``Value::concat`` takes, the hypothesis batch
+    first (static 1 in the initializer, symbolic elsewhere), the other dims static."""
+    found = []
+    inputs, outputs = _io(proto)
+    for direction, names in (("in", inputs), ("out", outputs)):
+        for name, state in _states(proto)[direction].items():
+            info = names[name]
+            dims = info["dims"]
+            if info["dtype"] not in CONCATENABLE:
+                found.append(Finding(graph, name, "state dtype concatenable", f"state {state!r} is "
+                                     f"{info['dtype']}; RASR's Value::concat supports {', '.join(CONCATENABLE)}"))
+            if not dims or not (dims[0] == 1 if graph == "state-initializer" else not isinstance(dims[0], int)):
+                want = "static 1" if graph == "state-initializer" else "a symbolic batch"
+                found.append(Finding(graph, name, "state batch first", f"state {state!r} dim 0 is "
+                                     f"{dims[0] if dims else 'missing'}, must be {want}: RASR stacks "
+                                     "hypotheses' states on axis 0"))
+            if any(not isinstance(d, int) for d in dims[1:]):
+                found.append(Finding(graph, name, "state non-batch dims static", f"state {state!r} has dims "
+                                     f"{dims}: a symbolic non-batch dim (a state that grows with the label "
+                                     "history) cannot be stacked across hypotheses"))
+    return found
+
+
 def _assumed_states(kind: str, graphs, maps) -> List[Finding]:
     found, seen = [], {}
     if kind == "transducer" and len(graphs["state-initializer"].graph.input):
@@ -145,25 +169,12 @@ def _assumed_states(kind: str, graphs, maps) -> List[Finding]:
                              "transducer initializer without inputs", "RASR runs the transducer's initializer "
                              "with no inputs"))
     for graph in ("state-initializer", "state-updater", "scorer"):
+        found += state_rules(graph, graphs[graph])
         inputs, outputs = _io(graphs[graph])
         for direction, names in (("in", inputs), ("out", outputs)):
             for name, state in _states(graphs[graph])[direction].items():
                 info = names[name]
-                dims = info["dims"]
-                if info["dtype"] not in CONCATENABLE:
-                    found.append(Finding(graph, name, "state dtype concatenable", f"state {state!r} is "
-                                         f"{info['dtype']}; RASR's Value::concat supports {', '.join(CONCATENABLE)}"))
-                batch_ok = dims and (dims[0] == 1 if graph == "state-initializer" else not isinstance(dims[0], int))
-                if not batch_ok:
-                    want = "static 1" if graph == "state-initializer" else "a symbolic batch"
-                    found.append(Finding(graph, name, "state batch first", f"state {state!r} dim 0 is "
-                                         f"{dims[0] if dims else 'missing'}, must be {want}: RASR stacks "
-                                         "hypotheses' states on axis 0"))
-                rest = (info["dtype"], tuple(dims[1:]))
-                if any(not isinstance(d, int) for d in dims[1:]):
-                    found.append(Finding(graph, name, "state non-batch dims static", f"state {state!r} has dims "
-                                         f"{dims}: a symbolic non-batch dim (a state that grows with the label "
-                                         "history) cannot be stacked across hypotheses"))
+                rest = (info["dtype"], tuple(info["dims"][1:]))
                 first = seen.setdefault(state, (graph, name, rest))
                 if first[2] != rest:
                     found.append(Finding(graph, name, "state alike in every graph", f"state {state!r} is "

@@ -5,3 +5,4 @@ from onnx_compat.pipeline.adapter import flatten  # noqa: F401
 from onnx_compat.pipeline.report import Report  # noqa: F401
 from onnx_compat.pipeline.verification import session  # noqa: F401
 from onnx_compat.spec import dim_sizes, make_inputs  # noqa: F401
+from onnx_compat.pipeline.steps import Step  # noqa: F401

@@ -21,7 +21,7 @@ import onnx
 
 from onnx_compat.streaming.states import StateSpec
 
-from ._deps import Report, dim_sizes, preserved
+from ._deps import Report, Step, dim_sizes, preserved
 from .consistency import check_states_agree
 from .constant import constant_graph, verify_constant
 from .errors import GraphContractError
@@ -38,9 +38,11 @@ class PartsReport:
     files: Dict[str, str] = field(default_factory=dict)
     states: Dict[str, List[dict]] = field(default_factory=dict)
     constant: List[str] = field(default_factory=list)  # parts written as constant graphs
+    steps: Dict[str, Dict[str, dict]] = field(default_factory=dict)  # per graph: what each of its steps did
 
     def to_dict(self) -> dict:
         return {"folder": self.folder, "files": dict(self.files), "states": self.states, "constant": self.constant,
+                "steps": self.steps,
                 "graphs": {name: {"exporter": r.exporter, "why": r.why, "inputs": r.inputs, "outputs": r.outputs,
                                   "nodes": r.nodes, "max_abs_err": r.max_abs_err, "verification": r.verification,
                                   "seconds": {k: round(v, 3) for k, v in r.timings.items()}}
@@ -105,25 +107,44 @@ def _export_one(part: Part, path: str, table, batch, batch_first, exporter, size
     from onnx_compat import export
     inputs, outputs = state_specs(part, table, batch, batch_first)
     module = PartModule(part, table, batch, batch_first)
+    steps = [StaticStateDims(part, outputs)] + list(part.steps)
     with preserved(module):
         if not inputs:
             values = outputs_of(module, {})
             proto = constant_graph(part.name, values, outputs, dict(part.metadata))
             verify_constant(proto, values, part.name)
+            for step in steps:  # what export() would have run on it
+                step.before_write(None, None, proto)
+            report.steps[part.name] = {s.name: s.describe() for s in steps}
             report.constant.append(part.name)
             onnx.save(proto, path)
             return proto
         try:
             graph = export(module, path, inputs, outputs, exporter=exporter, sizes=sizes, atol=atol, rtol=rtol,
-                           opset=opset, seed=seed, metadata=dict(part.metadata), external_data=False)
+                           opset=opset, seed=seed, metadata=dict(part.metadata), external_data=False, steps=steps)
         except Exception as exc:
             exc.add_note(f"(while exporting graph {part.name!r})")  # the error keeps its type and fields
             raise
     report.graphs[part.name] = graph
-    proto = onnx.load(path)
-    if _stamp_static_batch(proto, part, outputs):
-        onnx.save(proto, path)
-    return proto
+    report.steps[part.name] = dict(graph.steps)
+    return onnx.load(path)
+
+
+class StaticStateDims(Step):
+    """A declared static state dim (the initializer's batch 1) that the exporter left symbolic is written
+    into the graph's output shape: the verification ran the graph and saw that size. It runs first, so the
+    steps after it see the shapes a consumer will."""
+
+    name = "parts-static-dims"
+
+    def __init__(self, part: Part, outputs) -> None:
+        self.part, self.outputs, self.changed = part, outputs, []
+
+    def before_write(self, request, report, proto) -> None:
+        self.changed = _stamp_static_batch(proto, self.part, self.outputs)
+
+    def describe(self) -> dict:
+        return {"stamped": list(self.changed)}
 
 
 def _probe(part: Part, table, batch, batch_first, sizes, seed) -> None:
@@ -134,20 +155,18 @@ def _probe(part: Part, table, batch, batch_first, sizes, seed) -> None:
             check_inputs_used(part.name, module, inputs, example_feeds(inputs, dim_sizes(inputs, sizes or {}), seed))
 
 
-def _stamp_static_batch(proto: onnx.ModelProto, part: Part, outputs) -> bool:
-    """A declared static state dim (the initializer's batch 1) that the exporter left symbolic is written in:
-    the verification ran the graph and saw that size."""
+def _stamp_static_batch(proto: onnx.ModelProto, part: Part, outputs) -> List[str]:
     declared = {s.name: s.dims for s in outputs}
-    changed = False
+    changed = []
     for value in proto.graph.output:
         dims = declared.get(value.name)
         if dims is None or value.name not in part.state_io():
             continue
-        for dim, want in zip(value.type.tensor_type.shape.dim, dims):
+        for axis, (dim, want) in enumerate(zip(value.type.tensor_type.shape.dim, dims)):
             if isinstance(want, int) and not dim.HasField("dim_value"):
+                changed.append(f"{value.name} dim {axis}: {dim.dim_param or '?'} -> {want}")
                 dim.Clear()
                 dim.dim_value = want
-                changed = True
     return changed
 
 

@@ -31,7 +31,9 @@ class Part:
 
     ``state_batch``: the static batch of this graph's states (``1`` for an initializer that makes the
     states of one hypothesis) instead of the batch ``Dim``. ``module``: the module whose weights ``fn``
-    uses, when ``fn`` is a plain function. ``metadata``: entries written into this graph.
+    uses, when ``fn`` is a plain function. ``metadata``: entries written into this graph. ``steps``: a
+    consumer's per-graph deployment steps (its metadata, its rules), run by ``export()`` on the verified
+    graph; a part without inputs (a constant graph) runs their ``before_write`` too.
     """
 
     name: str
@@ -43,6 +45,7 @@ class Part:
     module: Optional[torch.nn.Module] = None
     state_batch: Optional[int] = None
     metadata: Mapping[str, str] = field(default_factory=dict)
+    steps: Sequence = ()  # deployment steps (``pipeline.steps.Step``) run on this graph before it is written
 
     def state_input_name(self, state: str) -> str:
         """``<s>_in`` when the graph also returns the state, else ``<s>``."""
