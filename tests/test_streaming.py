@@ -655,3 +655,64 @@ def test_drift_beyond_the_default_tolerance_is_an_error(tmp_path):
     report = export_streaming(model.step, path, *args, right_context=1, full_forward=model, exporter="torchscript")
     lines = [line for line in report.summary().splitlines() if line.startswith("drift")]
     assert len(lines) == len(report.verification) and "output" in lines[0], report.summary()
+
+
+class _InPlaceStep(_Step):
+    """Writes into its chunk input: the eager stream and the graph's must still be fed the same values."""
+
+    def forward(self, x):
+        return self.lin(x * 2.0)
+
+    def step(self, x, previous):
+        x *= 2.0
+        y = self.lin(x) + previous
+        return y, y[:, -1:]
+
+
+def test_a_step_that_writes_into_its_input_streams(tmp_path):
+    model = _InPlaceStep().eval()
+    path, report = _export(tmp_path, model.step, [StateSpec("previous", [B, 1, F_IN])])
+    assert len(report.verification) == 2 and all(e["ok"] for e in report.verification)
+
+
+class _LstmState(nn.Module):
+    """An LSTM's states are [layers, batch, hidden]; at example batch 2 with 2 layers, [batch, 2, 32] fits too."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = nn.LSTM(F_IN, 32, 2, batch_first=True)
+        self.out = nn.Linear(32, F_IN)
+
+    def step(self, x, h, c):
+        y, (h, c) = self.lstm(x, (h, c))
+        return self.out(y), h, c
+
+
+def test_a_state_with_its_batch_on_the_wrong_axis_is_named(tmp_path):
+    """The eager pre-pass runs at a second batch size: the state whose declared batch axis the step does not
+    use is named, with the axis it does use, before any exporter runs (nothing blamed on torch's rnn.py)."""
+    step = _LstmState().eval().step
+    wrong = [StateSpec("h", [B, 2, 32]), StateSpec("c", [2, B, 32])]
+    with pytest.raises(StreamingError) as raised:
+        _export(tmp_path, step, wrong, exporter="auto")
+    message = str(raised.value)
+    assert raised.value.state == "h" and "axis 0" in message and "axis 1" in message, message
+    assert "rnn.py" not in message and not os.path.exists(tmp_path / "step.onnx")
+    path, report = _export(tmp_path, step, [StateSpec("h", [2, B, 32]), StateSpec("c", [2, B, 32])])
+    assert all(e["ok"] for e in report.verification)
+
+
+def test_messages_name_what_the_user_got_wrong(tmp_path):
+    """A state the step takes but nobody declared is named as that state (not the first declared one);
+    right_context as large as the chunk is said as such (no shift=0 the user never set)."""
+    step = _LstmState().eval().step  # step(x, h, c)
+    with pytest.raises(StreamingError) as raised:
+        _export(tmp_path, step, [StateSpec("h", [2, B, 32])])
+    assert raised.value.state == "c" and "'c'" in str(raised.value) and "'h'" not in str(raised.value), raised.value
+    with pytest.raises(StreamingError) as raised:
+        export_streaming(_Lookahead().eval().step, str(tmp_path / "l.onnx"), [TensorSpec("data", [B, 5, F_IN])],
+                         [StateSpec("previous", [B, 1, F_IN])], [TensorSpec("output", [B, 4, F_IN])], right_context=5)
+    message = str(raised.value)
+    assert "right_context=5" in message and "chunk" in message and "shift" not in message, message
+    assert not os.listdir(tmp_path)

@@ -123,7 +123,7 @@ def _eager_outputs(model: torch.nn.Module, adapter: torch.nn.Module, feeds) -> L
     handles = [m.register_forward_hook(hook) for m in model.modules()]
     try:
         with torch.no_grad():
-            adapter(*feeds.values())
+            adapter(*(t.clone() for t in feeds.values()))  # its own copies: a model may write into its input
     finally:
         for h in handles:
             h.remove()

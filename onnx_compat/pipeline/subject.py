@@ -32,8 +32,10 @@ def as_specs(specs, what: str) -> List[TensorSpec]:
 class Subject:
     """``model`` seen through its specs: what is exported and what its ONNX model is compared with.
 
-    ``example``: the named dim sizes of the export example; ``args``: its tensors in ONNX order;
-    ``examples``: the user's examples, checked; ``pairs``: ``(onnx_name, forward_arg)`` per input.
+    ``example``: the named dim sizes of the export example; ``args``: its tensors in ONNX order, a fresh
+    copy at each access (a model that writes into its input, ``x *= 2``, must not change what the next
+    call, the exporter or the user sees); ``examples``: the user's examples, checked; ``pairs``:
+    ``(onnx_name, forward_arg)`` per input.
     """
 
     model: torch.nn.Module
@@ -42,7 +44,7 @@ class Subject:
     pairs: List[Tuple[str, Optional[str]]]
     examples: List[Dict[str, torch.Tensor]]
     example: Dict[str, int]
-    args: Tuple[torch.Tensor, ...]
+    example_args: Tuple[torch.Tensor, ...]  # kept as drawn; read through ``args``
     seed: int = 0
     sizes: Optional[Mapping[str, int]] = None
     notes: List[str] = field(default_factory=list)  # what was inferred about the inputs (integer ranges)
@@ -63,7 +65,11 @@ class Subject:
         inputs, notes = _with_int_ranges(model, inputs, pairs, args)
         if notes:  # the generated inputs are drawn again, in the ranges found
             example, args = example_inputs(inputs, checked, sizes, seed)
-        return cls(model, inputs, outputs, pairs, checked, dict(example), tuple(args), seed, sizes, notes=notes)
+        return cls(model, inputs, outputs, pairs, checked, dict(example), own_copies(args), seed, sizes, notes=notes)
+
+    @property
+    def args(self) -> Tuple[torch.Tensor, ...]:
+        return own_copies(self.example_args)
 
     def adapter(self) -> IOAdapter:
         """The model with flat ONNX I/O, as exporters want it (its ``model`` is the user's)."""
@@ -79,6 +85,12 @@ class Subject:
     @property
     def specs(self) -> List[TensorSpec]:
         return list(self.inputs) + list(self.outputs)
+
+
+def own_copies(tensors):
+    """Each tensor cloned: every eager call on the user's or generated inputs gets its own, so a model that
+    writes into its input changes neither the inputs another run is fed nor the user's example."""
+    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in tensors)
 
 
 def subject_of(model, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], **options) -> Subject:
@@ -98,10 +110,10 @@ def _with_int_ranges(model, inputs: List[TensorSpec], pairs, args) -> Tuple[List
         return inputs, []
     with preserved(model), torch.no_grad():
         try:
-            found = infer_int_ranges(model, inputs, args)
+            found = infer_int_ranges(model, inputs, own_copies(args))
         except IntRangeError as exc:
             try:
-                flatten(IOAdapter(model, pairs, [])(*args))
+                flatten(IOAdapter(model, pairs, [])(*own_copies(args)))
             except Exception as failed:  # noqa: BLE001 - the default draws fail: the unknown range is why
                 raise exc from failed
             return inputs, [f"{exc} (the default draws run, so they were kept)"]

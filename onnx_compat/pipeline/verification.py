@@ -20,6 +20,7 @@ import torch
 
 from onnx_compat.errors import Mismatch, VerificationError
 from onnx_compat.pipeline.adapter import IOAdapter, flatten
+from onnx_compat.pipeline.subject import own_copies
 from onnx_compat.runtimes import as_runtimes
 from onnx_compat.model_state import preserved
 from onnx_compat.spec import TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name, verification_sizes
@@ -128,7 +129,8 @@ def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], output
     with preserved(model), torch.no_grad():  # eval mode; flags, attributes and buffers as before afterwards
         reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
         for case in cases:
-            case.expected = [t.detach().cpu().numpy() for t in flatten(reference(*case.feeds.values()))]
+            # its own copies: a model writing into its input would change what ONNX Runtime is fed next
+            case.expected = [t.detach().cpu().numpy() for t in flatten(reference(*own_copies(case.feeds.values())))]
     return cases
 
 

@@ -22,12 +22,13 @@ import torch
 
 from ..spec import Dim, TensorSpec
 from ._deps import HAS_DYNAMO, Attempt, Report, check_writable, preserved
+from .batch_axis import check_second_batch
 from .errors import StreamDrift, StreamingError, StreamMismatch
 from .metadata import streaming_metadata
 from .probe import check_states, run_step
 from .shapes import stamp_state_dims
 from .states import StateLayout
-from .step import StepModule, accepts_inputs, step_name
+from .step import StepModule, accepts_inputs, step_name, unfed_parameters
 from .verify_stream import Plan, chunk_at, make_stream, refuse_ignored, verify_stream
 
 
@@ -69,6 +70,12 @@ def _declare(inputs, states, outputs, chunk, shift, right_context, time_axis, ch
         raise StreamingError(f"input {first.name!r} has a named time dim {declared.name!r}: give chunk=")
     if chunks < 5:
         raise StreamingError(f"chunks={chunks}: the stream check needs at least 5 chunks", chunk=chunk)
+    if not isinstance(right_context, int) or right_context < 0:
+        raise StreamingError(f"right_context={right_context!r} must be an int >= 0 (look-ahead frames)", chunk=chunk)
+    if shift is None and right_context >= chunk:
+        raise StreamingError(f"right_context={right_context} leaves no new frame in a chunk of {chunk}: each call "
+                             f"reads chunk frames of which the last right_context are look-ahead, so right_context "
+                             f"must be less than chunk", chunk=chunk)
     shift = chunk - right_context if shift is None else shift
     if not 0 < shift <= chunk:
         raise StreamingError(f"shift={shift} must be in 1..chunk ({chunk})", chunk=chunk)
@@ -185,8 +192,13 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     declared_contract = _declared_contract(contract, d, vocabulary)
     n_args = sum(1 for s in d.inputs for name in [s.arg] + [s.length_args.get(a) for a in s.lengths] if name is None)
     if not accepts_inputs(step, n_args + len(d.layout.items)):
+        unfed = unfed_parameters(step, n_args + len(d.layout.items))
+        if unfed:  # the step takes more states than are declared: name the parameters left without one
+            raise StreamingError(f"{step_name(step)} takes parameter(s) {unfed} after its {n_args} chunk input(s) and "
+                                 f"{len(d.layout.items)} declared state argument(s): declare a StateSpec for "
+                                 f"{unfed[0]!r} in states= (in the step's argument order)", state=unfed[0])
         raise StreamingError(f"{step_name(step)} cannot take {n_args} chunk input(s) and {len(d.layout.items)} state "
-                             f"argument(s) positionally; check inputs= and states=", state=d.layout.flat[0].name)
+                             f"argument(s) positionally (it takes fewer); check inputs= and states=")
     written = check_writable(path)
     step_module = StepModule(step, d.inputs, d.layout, module)
     with preserved(step_module):
@@ -276,8 +288,10 @@ def _contracted(job: "_Job", proto, tmp: str):
 
 def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forward, batches, metadata, opset, seed,
              atol, rtol, max_drift) -> _Job:
-    """The eager pre-pass, the graph's specs and metadata, and the verification's batch sizes."""
+    """The eager pre-pass (at the example's batch size and one more), the graph's specs and metadata, and the
+    verification's batch sizes."""
     example, grown, in_place, reads = _example(step_module, d, init_states, none_first, seed)
+    check_second_batch(step_module, d, init_states, none_first, seed + 7)  # a batch axis declared on the wrong axis
     graph_inputs, graph_outputs = _graph_specs(d, grown)
     first, second = (d.layout.initial({**d.sizes, **({d.batch_dim: b} if d.batch_dim else {})}, init_states, b)
                      for b in (1, 2))

@@ -64,7 +64,7 @@ def run_step(step: StepModule, chunk: Sequence[torch.Tensor], states: Sequence[O
     reads = StateReads(named(given, [s.name for s in layout.flat])) if watch else contextlib.nullcontext()
     with torch.no_grad(), reads:
         try:
-            result = step.call(list(chunk), given)
+            result = step.call([c.clone() for c in chunk], given)  # own copies: a step may write into its input
         except Exception as exc:  # noqa: BLE001 - the model's own refusal, reported with the chunk size
             raise StreamingError(f"the step refuses a chunk of {chunk_size} frames (batch {chunk[0].shape[0]}): "
                                  f"{type(exc).__name__}: {exc}", chunk=chunk_size, batch=int(chunk[0].shape[0])) from exc

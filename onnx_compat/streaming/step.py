@@ -80,6 +80,17 @@ def step_name(step: Callable) -> str:
     return getattr(step, "__qualname__", None) or repr(step)
 
 
+def unfed_parameters(step: Callable, count: int) -> List[str]:
+    """The step's required positional parameters that ``count`` positional arguments leave without a value
+    (a state the step takes but ``states=`` does not declare), in order; [] when it cannot be told."""
+    try:
+        params = inspect.signature(step.forward if isinstance(step, torch.nn.Module) else step).parameters
+    except (TypeError, ValueError):
+        return []
+    positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [p.name for p in positional[count:] if p.default is p.empty]
+
+
 def accepts_inputs(step: Callable, count: int) -> bool:
     """Whether the step's signature can take ``count`` positional arguments (a readable error otherwise)."""
     try:
