@@ -290,3 +290,53 @@ def test_report_of_the_same_architecture_with_other_weights_is_refused(exported,
     with pytest.raises(QuantizationError, match="records no content hash"):
         quantize(path, job["model"], job["inputs"], job["outputs"], recipe="fp16", report=stale, out=str(out))
     assert not out.exists()
+
+
+def test_latency_against_float_and_top1_by_default_on_log_probs(exported, tmp_path):
+    """The report holds the medians of interleaved runs against the float model (and says them); a log-prob
+    output is measured by its best class too without being asked; most weights left in float32 is warned of."""
+    job, path, report = exported["blstm"]
+    with pytest.warns(Warning) as caught:
+        q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-dynamic", report=report,
+                     out=str(tmp_path / "q.onnx"))
+    assert {c["measure"] for c in q.verification["checks"]} == {"snr", "cosine", "top1"}
+    assert q.measures == {"output": ["snr >= 20", "cosine >= 0.99", "top1 >= 0.95"]}
+    lat = q.latency
+    assert lat["rounds"] >= 5 and lat["float_s"] > 0 and lat["quantized_s"] > 0
+    assert lat["ratio"] == pytest.approx(lat["quantized_s"] / lat["float_s"], rel=1e-3)
+    assert "latency     " in q.summary() and "interleaved" in q.summary()
+    # the BLSTM's LSTM weights are most of the model and int8-dynamic quantizes MatMul only
+    assert q.float_weights > 0.5 and any("stay float32" in w for w in q.warnings), q.warnings
+    assert any("stay float32" in str(w.message) for w in caught)
+
+
+def test_a_slower_quantized_model_is_warned_of(exported, tmp_path, monkeypatch):
+    """Timings supplied through the one seam that reads the clock: quantized 1.3x the float time."""
+    from onnx_compat.quantization import QuantizationWarning, latency
+    monkeypatch.setattr(latency, "run_interleaved",
+                        lambda runs, rounds: {"float": [0.010] * rounds, "quantized": [0.013] * rounds})
+    job, path, report = exported["conformer"]
+    with pytest.warns(QuantizationWarning, match=r"slower than the float model here: 1.30x"):
+        q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="fp16", report=report,
+                     out=str(tmp_path / "q.onnx"))
+    assert q.latency["ratio"] == pytest.approx(1.3) and "slower" in q.summary()
+    monkeypatch.setattr(latency, "run_interleaved",
+                        lambda runs, rounds: {"float": [0.010] * rounds, "quantized": [0.007] * rounds})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", QuantizationWarning)
+        q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="fp16", report=report,
+                     out=str(tmp_path / "q2.onnx"))
+    assert q.warnings == [] and q.latency["ratio"] == pytest.approx(0.7)
+
+
+def test_top1_on_a_classifier_output_by_default(tmp_path):
+    """A [B, C] classifier output named logits gets top1 among the default measures."""
+    from onnx_compat.quantization.measures import class_outputs
+    from onnx_compat import Dim, TensorSpec
+    specs = [TensorSpec("logits", [Dim("batch"), 10]), TensorSpec("hidden", [Dim("batch"), Dim("time"), 64])]
+    assert class_outputs(specs) == ["logits"]
+    picked = resolve(None, None, ["logits", "hidden"], class_outputs=["logits"])
+    assert [m.name for m in picked["logits"]] == ["snr", "cosine", "top1"] and len(picked["hidden"]) == 2
+    got = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
+    ref = np.array([[0.2, 0.8], [0.4, 0.6], [0.1, 0.9]])
+    assert Top1Agreement().score(got, ref, np.ones_like(ref, dtype=bool)) == pytest.approx(2 / 3)

@@ -5,10 +5,10 @@ model already exported; ``finish_export`` is the end of
 ``export(..., quantize=...)``; ``cli`` holds ``onnx-compat quantize``.
 """
 from .api import check_request, finish_export, float_path_for, quantize
-from .errors import QuantizationError
+from .errors import QuantizationError, QuantizationWarning
 from .measures import MEASURES
 from .recipes import NAMES as RECIPE_NAMES, RECIPES
 from .report import QuantReport
 
-__all__ = ["quantize", "finish_export", "check_request", "float_path_for", "QuantizationError", "QuantReport",
+__all__ = ["quantize", "finish_export", "check_request", "float_path_for", "QuantizationError", "QuantizationWarning", "QuantReport",
            "RECIPES", "RECIPE_NAMES", "MEASURES"]

@@ -19,16 +19,17 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from typing import Dict, List, Optional, Sequence
 
 import onnx
 import torch
 
 from ..spec import TensorSpec
-from . import exclusion, measures as measures_mod, recipes, verify_approx
+from . import exclusion, latency, measures as measures_mod, recipes, verify_approx
 from ._deps import Report, check_writable, content_hash, write_atomically
 from .calibration import FeedsReader, calibration_feeds
-from .errors import QuantizationError
+from .errors import QuantizationError, QuantizationWarning
 from .report import QuantReport
 
 EXCLUDE_LIMIT = 16  # nodes automatic exclusion may leave in float before it says none helps
@@ -50,7 +51,8 @@ def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe, out:
     """
     t0 = time.perf_counter()
     onnx_path = os.path.abspath(os.fspath(onnx_path))
-    job = check_request(recipe, inputs, outputs, measures=measures, thresholds=thresholds, examples=examples)
+    job = check_request(recipe, inputs, outputs, measures=measures, thresholds=thresholds, examples=examples,
+                        graph=_graph(onnx_path))
     proven = _proven(report, onnx_path, job["recipe"].name)
     out = _out_path(out, onnx_path, job["recipe"].name)
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
@@ -71,7 +73,8 @@ def finish_export(proto: onnx.ModelProto, path: str, model: torch.nn.Module, inp
     quantization fails neither is written. ``report``: the export's ``Report`` (verified)."""
     t0 = time.perf_counter()
     path = check_writable(path)
-    job = check_request(recipe, inputs, outputs, measures=measures, thresholds=thresholds, examples=examples)
+    job = check_request(recipe, inputs, outputs, measures=measures, thresholds=thresholds, examples=examples,
+                        graph=proto.graph)
     _proven(report, None, job["recipe"].name)
     float_path = float_path_for(path)
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
@@ -90,22 +93,34 @@ def float_path_for(path: str) -> str:
     return f"{stem}.float{ext or '.onnx'}"
 
 
-def check_request(recipe, inputs, outputs, *, measures=None, thresholds=None, examples=None) -> dict:
+def check_request(recipe, inputs, outputs, *, measures=None, thresholds=None, examples=None, graph=None) -> dict:
     """Every argument checked before anything runs (``export`` calls it before exporting): the recipe,
-    measures and thresholds, and the calibration examples. Returns what ``_make_verified`` needs."""
+    measures and thresholds, and the calibration examples. Returns what ``_make_verified`` needs.
+    ``graph``: the float model's graph when known (a (Log)Softmax output gets top1 among the default measures)."""
     chosen = recipes.by_name(recipe)
     inputs, outputs = _specs(inputs, "inputs", chosen.name), _specs(outputs, "outputs", chosen.name)
     floats = [s.name for s in outputs if s.dtype.is_floating_point]
-    resolved = measures_mod.resolve(measures, thresholds, floats, chosen.name)
+    resolved = measures_mod.resolve(measures, thresholds, floats, chosen.name,
+                                    class_outputs=measures_mod.class_outputs(outputs, graph))
     for name, items in resolved.items():
         spec = next(s for s in outputs if s.name == name)
         for m in items:
-            if m.task and (len(spec.dims) != 3 or tuple(spec.lengths) not in ((), (1,))):
-                raise QuantizationError(f"measure {m.name} reads [B, T, classes] scores; output {name!r} has "
+            ranks = (2, 3) if m.name == "top1" else (3,)
+            if m.task and (len(spec.dims) not in ranks or tuple(spec.lengths) not in ((), (1,))):
+                reads = "[B, T, classes] or [B, classes]" if m.name == "top1" else "[B, T, classes]"
+                raise QuantizationError(f"measure {m.name} reads {reads} scores; output {name!r} has "
                                         f"{len(spec.dims)} dims", recipe=chosen.name, measure=m.name, output=name)
     feeds, described = calibration_feeds(inputs, examples, chosen.name)
     return {"recipe": chosen, "inputs": inputs, "outputs": outputs, "measures": resolved, "feeds": feeds,
             "calibration": described}
+
+
+def _graph(onnx_path: str):
+    """The float model's graph without its weights, or None when it does not load (``_proven`` says why)."""
+    try:
+        return onnx.load(onnx_path, load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - a file that does not load is reported where it is matched to its report
+        return None
 
 
 def _specs(specs, what: str, recipe: str) -> List[TensorSpec]:
@@ -236,7 +251,24 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
     report.bytes = {"float": float_size, "quantized": size, "ratio": round(size / float_size, 4)}
     if excluded:
         report.exclusion_cost = _cost(first, result, first_size, size)
+    t = time.perf_counter()
+    _speed_and_share(report, float_path, made, cases, [n for c in excluded for n in c.nodes])
+    timings["latency"] = time.perf_counter() - t
     return made, report
+
+
+def _speed_and_share(report: QuantReport, float_path: str, made: str, cases, excluded: List[str]) -> None:
+    """The latency against the float model (interleaved runs on the largest checked input) and the share of
+    weights left in float32; what a user should know before deploying it is warned about and kept."""
+    case = max(cases, key=lambda c: sum(v.numel() for v in c.feeds.values()))
+    feeds = {k: v.numpy() for k, v in case.feeds.items()}
+    float_run, made_run = verify_approx.runner(float_path), verify_approx.runner(made)
+    report.latency = latency.compare(lambda: float_run(feeds), lambda: made_run(feeds))
+    report.latency["sizes"] = dict(case.sizes)
+    report.float_weights = latency.float_weight_share(onnx.load(made))
+    report.warnings = latency.warnings_for(report.recipe, report.latency, report.float_weights, excluded)
+    for text in report.warnings:
+        warnings.warn(text, QuantizationWarning, stacklevel=4)
 
 
 def _reachable(float_path, cases, references, outputs, chosen, recipe: str) -> None:

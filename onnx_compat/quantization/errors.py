@@ -21,3 +21,8 @@ class QuantizationError(OnnxCompatError, ValueError):
         super().__init__(message)
         self.recipe, self.measure, self.got, self.threshold, self.output = recipe, measure, got, threshold, output
         self.excluded = list(excluded)
+
+
+class QuantizationWarning(UserWarning):
+    """A quantized model was written, but it is slower than the float one here, or most of its weights stayed
+    float32 (``QuantReport.warnings`` keeps the text)."""

@@ -18,6 +18,7 @@ the task measure is the one that speaks for recognition.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -86,6 +87,8 @@ class Top1Agreement:
     best: float = 1.0
 
     def score(self, got: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> float:
+        if got.ndim == 2:  # a classifier's [B, C]: one frame per item
+            got, ref, mask = got[:, None], ref[:, None], mask[:, None]
         pairs = list(zip(_frames(got, mask), _frames(ref, mask)))
         frames = sum(r.size for _, r in pairs)
         return float(sum(int((g == r).sum()) for g, r in pairs) / frames) if frames else 1.0
@@ -152,12 +155,15 @@ def by_name(name: str, recipe: Optional[str] = None) -> Measure:
 
 
 def resolve(measures, thresholds: Optional[Mapping[str, float]], float_outputs: Sequence[str],
-            recipe: Optional[str] = None) -> Dict[str, List[Measure]]:
+            recipe: Optional[str] = None, class_outputs: Sequence[str] = ()) -> Dict[str, List[Measure]]:
     """The measures per float output: ``measures`` is a list of names for every output, or
-    ``{output: [names]}``; ``thresholds`` ``{measure: value}`` or ``{"output/measure": value}``."""
-    if measures is None:
-        measures = DEFAULT
-    chosen = dict(measures) if isinstance(measures, Mapping) else {o: list(measures) for o in float_outputs}
+    ``{output: [names]}``; ``thresholds`` ``{measure: value}`` or ``{"output/measure": value}``. By default
+    (``measures=None``) snr and cosine, and top1 too for ``class_outputs`` (log-probs, class scores): on
+    log-probs the SNR stays high whatever the best class does."""
+    if measures is None:  # class scores (log-probs, logits) are also read by their best class
+        chosen = {o: list(DEFAULT) + (["top1"] if o in class_outputs else []) for o in float_outputs}
+    else:
+        chosen = dict(measures) if isinstance(measures, Mapping) else {o: list(measures) for o in float_outputs}
     unknown = [o for o in chosen if o not in float_outputs]
     if unknown:
         raise QuantizationError(f"measures name output(s) {unknown}; the model's float outputs are "
@@ -182,6 +188,24 @@ def resolve(measures, thresholds: Optional[Mapping[str, float]], float_outputs: 
         raise QuantizationError(f"thresholds {stray} name no measure in use ({_in_use(resolved)})",
                                 recipe=recipe, measure=stray[0])
     return resolved
+
+
+CLASS_NAMES = re.compile(r"logit|log_?prob|prob|class|score", re.IGNORECASE)
+CLASS_OPS = ("LogSoftmax", "Softmax")
+
+
+def class_outputs(outputs, graph=None) -> List[str]:
+    """Float outputs read as class scores: ``[B, C]`` or ``[B, T, C]`` with a fixed class count, made by a
+    (Log)Softmax in ``graph`` (an ``onnx.GraphProto``, when known) or named like scores (logits, log_probs)."""
+    made_by = {o: n.op_type for n in (graph.node if graph is not None else ()) for o in n.output}
+    found = []
+    for spec in outputs:
+        last = spec.dims[-1] if spec.dims else None
+        if not spec.dtype.is_floating_point or len(spec.dims) not in (2, 3) or not isinstance(last, int) or last < 2:
+            continue
+        if made_by.get(spec.name) in CLASS_OPS or CLASS_NAMES.search(spec.name):
+            found.append(spec.name)
+    return found
 
 
 def _in_use(resolved: Mapping[str, List[Measure]]) -> str:

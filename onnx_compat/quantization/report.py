@@ -19,6 +19,10 @@ class QuantReport:
     verification: dict = field(default_factory=dict)  # verify_approx.ApproxResult.to_dict()
     excluded: List[dict] = field(default_factory=list)  # nodes left in float32 by automatic exclusion
     exclusion_cost: Optional[dict] = None  # bytes added and the quality before/after
+    # medians of interleaved runs against the float model: float_s, quantized_s, ratio, rounds, threads, sizes
+    latency: Optional[dict] = None
+    float_weights: Optional[float] = None  # share of the weight values still float32 in the model written
+    warnings: List[str] = field(default_factory=list)  # slower than float, most weights left in float
     timings: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -50,5 +54,13 @@ class QuantReport:
                          f"{node['added_noise']:.2e})")
         if self.exclusion_cost:
             lines.append("cost        " + ", ".join(f"{k} {v}" for k, v in self.exclusion_cost.items()))
+        if self.latency:
+            lat = self.latency
+            lines.append(f"latency     {lat['quantized_s'] * 1e3:.3g} ms vs float {lat['float_s'] * 1e3:.3g} ms: "
+                         f"{lat['ratio']:.2f}x (median of {lat['rounds']} interleaved runs, {lat['threads']} thread, "
+                         f"at {lat.get('sizes')})")
+        if self.float_weights is not None:
+            lines.append(f"float32     {self.float_weights:.0%} of the weight values")
+        lines += [f"warning     {w}" for w in self.warnings]
         lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
