@@ -33,6 +33,7 @@ from .proof import prove
 from .rasr_specs import KINDS, STATEFUL
 
 CONFIG_FILE, REPORT_FILE = "label-scorer.config", "report.json"
+FRAMES_EXAMPLE = 16  # the decoder graphs' export example of encoder frames; the proof's long utterance has 4x
 
 
 @dataclass
@@ -89,7 +90,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     named ``batch``; ``updater_states``/``scorer_states``: the ones each reads (default all).
     ``scores``: ``"log-probs"`` (the graph negates them) or ``"costs"``. ``vocabulary``: the labels in the
     lexicon's order (V = its size). ``utterances``: feature lengths decoded in the proof (default: the
-    example's, four times it, and the shortest that gives one encoder frame).
+    encoder's export example, one at least four times longer in feature frames and in the decoder graphs'
+    encoder frames, and the shortest that gives one encoder frame).
     """
     t0 = time.perf_counter()
     checks.check_arguments(kind, release, scores, vocabulary, blank, sentence_end, history, features)
@@ -123,7 +125,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
 
     parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
-                                exporter=exporter, atol=atol, rtol=rtol, seed=seed, checks=[rasr_loads_and_decodes],
+                                exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
+                                checks=[rasr_loads_and_decodes],
                                 extra_files={CONFIG_FILE: text})
     summary = parts_report.to_dict()
     report.graphs, report.states, report.files = summary["graphs"], summary["states"], dict(parts_report.files)
@@ -219,20 +222,33 @@ def _utterance_lengths(fns: Callables, features: TensorSpec, utterances) -> List
     if utterances is not None:
         return [int(n) for n in utterances]
     example = _example_time(features)
-    return [example, 4 * example, _one_frame(fns, features)]
+    return [example, _long(fns, features, 4 * example), _one_frame(fns, features)]
+
+
+def _frames(fns: Callables, features: TensorSpec, n: int) -> int:
+    with torch.no_grad():
+        frames, _ = fns.encoder(torch.zeros(1, n, features.dims[2]), torch.tensor([n], dtype=torch.int32))
+    return frames.shape[1]
+
+
+def _long(fns: Callables, features: TensorSpec, n: int) -> int:
+    """At least four times the encoder's export example in feature frames, and four times the decoder graphs'
+    example in encoder frames."""
+    while _frames(fns, features, n) < 4 * FRAMES_EXAMPLE:
+        n *= 2
+    return n
 
 
 def _one_frame(fns: Callables, features: TensorSpec) -> int:
     """The fewest feature frames that give one encoder frame (the encoder may refuse fewer)."""
     for n in range(max(1, features.dims[1].min), 257):
         try:
-            with torch.no_grad():
-                frames, _ = fns.encoder(torch.zeros(1, n, features.dims[2]), torch.tensor([n], dtype=torch.int32))
+            frames = _frames(fns, features, n)
         except Exception:  # noqa: BLE001 - too short for this encoder: try one more frame
             continue
-        if frames.shape[1] == 1:
+        if frames == 1:
             return n
-        if frames.shape[1] > 1:
+        if frames > 1:
             break
     raise checks.LabelScorerError("no utterance length gives exactly one encoder frame; pass utterances=",
                                   graph="encoder", rule="one-frame utterance")

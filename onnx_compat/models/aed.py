@@ -132,3 +132,8 @@ def label_scorer_job(kind: str = "stateful", seed: int = 0) -> dict:
                 states=[StateSpec("h", [1, hyps, model.hidden]), StateSpec("c", [1, hyps, model.hidden]),
                         StateSpec("context", [hyps, model.dim])],
                 scorer_states=["h", "context"], vocabulary=vocabulary, sentence_end=model.sentence_end, **common)
+
+
+def ctc_label_scorer_job() -> dict:
+    """The CTC head as ``no-context-onnx`` (a factory without arguments, for the command line)."""
+    return label_scorer_job("ctc")

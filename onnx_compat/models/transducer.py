@@ -190,3 +190,8 @@ def label_scorer_job(kind: str = "transducer", seed: int = 0) -> dict:
                 states=[StateSpec("h", [L, hyps, P]), StateSpec("c", [L, hyps, P]), StateSpec("out", [hyps, P])],
                 updater_states=["h", "c"], scorer_states=["out"], vocabulary=vocabulary, blank=model.blank,
                 module=model)
+
+
+def fixed_context_label_scorer_job() -> dict:
+    """The stateless transducer as ``fixed-context-onnx`` (a factory without arguments, for the command line)."""
+    return label_scorer_job("fixed-context")
