@@ -8,7 +8,6 @@ input of issue #38 for this contract is one ``ContractError`` with nothing writt
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np

@@ -2,7 +2,9 @@
 
 ``export(..., contract="sherpa-onnx/nemo-ctc", vocabulary=[...])`` calls
 ``check_specs`` before exporting and ``apply_contract`` before writing; see
-``docs/consumers.md``.
+``docs/consumers.md``. Streaming and multi-graph consumers have their own entry points:
+``export_streaming(..., contract="sherpa-onnx/online-nemo-ctc")`` and ``export_transducer(parts, folder,
+contract="sherpa-onnx/offline-transducer" | "sherpa-onnx/online-transducer-lstm")``.
 """
 from __future__ import annotations
 
@@ -20,7 +22,27 @@ def get_contract(name: str) -> Contract:
     for contract in CONTRACTS:
         if contract.name == name:
             return contract
+    elsewhere = _ENTRY_POINTS.get(name)
+    if elsewhere:
+        raise ContractError(name, [Finding("entry point", elsewhere, "export(...), which writes one graph")])
     raise ValueError(f"unknown contract {name!r}; choose from {[c.name for c in CONTRACTS]}")
+
+
+# contracts of several graphs or of a stream: written by their own functions
+_ENTRY_POINTS = {
+    "sherpa-onnx/online-nemo-ctc": "export_streaming(..., contract='sherpa-onnx/online-nemo-ctc')",
+    "sherpa-onnx/offline-transducer": "export_transducer(parts, folder, contract='sherpa-onnx/offline-transducer')",
+    "sherpa-onnx/online-transducer-lstm": "export_transducer(parts, folder, states=..., "
+                                          "contract='sherpa-onnx/online-transducer-lstm')",
+}
+
+
+def __getattr__(name: str):
+    """``export_transducer`` loads on use (it brings in the parts export)."""
+    if name == "export_transducer":
+        from .transducer_export import export_transducer
+        return export_transducer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_specs(name: str, inputs, outputs) -> Contract:
@@ -48,4 +70,4 @@ def apply_contract(name: str, proto, inputs, outputs, *, vocabulary: Optional[Se
 
 
 __all__ = ["CONTRACTS", "Applied", "Contract", "ContractError", "ConsumerMismatch", "Finding", "apply_contract",
-           "check_specs", "get_contract"]
+           "check_specs", "export_transducer", "get_contract"]

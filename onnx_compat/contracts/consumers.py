@@ -60,7 +60,8 @@ def run_child(code: str, args: Sequence[str], what: str, timeout: int = 300) -> 
 
 
 def run_program(command: Sequence[str], what: str, timeout: int = 300, stderr: bool = False) -> str:
-    """Stdout of ``command`` (``stderr``: its stderr, where sherpa-onnx's streaming binary prints results); a failure (sherpa-onnx exits on a model it refuses) is a ``ConsumerMismatch``
+    """Stdout of ``command`` (``stderr``: its stderr, where sherpa-onnx's streaming binary prints results); a
+    failure (sherpa-onnx exits on a model it refuses) is a ``ConsumerMismatch``
     quoting the consumer's last log line."""
     done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
