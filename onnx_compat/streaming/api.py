@@ -286,6 +286,14 @@ def _contracted(job: "_Job", proto, tmp: str):
     return applied
 
 
+def _contract_entry(applied) -> dict:
+    """The report's entry for the contract, as ``export()``'s contract step writes it (``report.contract``)."""
+    from onnx_compat.deploy.contract import ContractStep
+    step = ContractStep(applied.contract.name, applied.vocabulary)
+    step.applied = applied
+    return step.describe()
+
+
 def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forward, batches, metadata, opset, seed,
              atol, rtol, max_drift) -> _Job:
     """The eager pre-pass (at the example's batch size and one more), the graph's specs and metadata, and the
@@ -347,8 +355,8 @@ def _attempt(name: str, job: _Job, written: str) -> Report:
         applied = _contracted(job, proto, tmp) if job.contract is not None else None
         os.replace(tmp, written)
         if applied is not None:
-            applied.write_files(os.path.dirname(written))
-            report.contract = applied.to_dict()
+            report.files += applied.write_files(os.path.dirname(written))
+            report.steps[applied.contract.name] = _contract_entry(applied)
     report.path = written
     report.verification = entries
     report.max_abs_err = max((o["max_abs_err"] for e in entries for o in e["outputs"]), default=0.0)
