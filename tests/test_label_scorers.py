@@ -298,3 +298,27 @@ def test_loader_emulation_names_graph_tensor_rule(rnnt):
     assert ("state-updater", "h_in", "state alike in every graph") in findings(wider_state, "state-initializer")
     unmapped = {k: v for k, v in values.items() if not k.endswith("io-map.token")}
     assert ("state-updater", "token", "required entry mapped") in findings(values_=unmapped)
+
+
+def test_a_decode_that_differs_is_named():
+    """The proof itself: two searches over scorers that disagree on one label's cost give a DecodeMismatch
+    naming the search and the utterance (the graphs' side here is PyTorch with that label made cheaper)."""
+    from onnx_compat.label_scorers.backends import TorchCallables
+    from onnx_compat.label_scorers.proof import prove
+    model, feat = transducer.tiny()
+    job = rnnt_job(model, feat)
+    fns = {"encoder": model.encode, "initial": model.initial_states, "update": model.predict, "score": model.score}
+
+    class Skewed(TorchCallables):
+        def _score(self, states, t):
+            costs = super()._score(states, t)
+            costs[:, 3] -= 5.0
+            return costs
+
+    args = (job["states"], job["updater_states"], job["scorer_states"], "hyps", True, {})
+    features = [np.random.default_rng(0).standard_normal((1, 20, 20)).astype(np.float32)]
+    with pytest.raises(DecodeMismatch) as info:
+        prove("transducer", Skewed("transducer", fns, *args), TorchCallables("transducer", fns, *args), features,
+              beam=4, blank=model.blank, sentence_end=None)
+    assert "greedy" in str(info.value) and "20 feature frames" in str(info.value)
+    assert info.value.rule == "decode as PyTorch"

@@ -95,6 +95,9 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     """
     t0 = time.perf_counter()
     checks.check_arguments(kind, release, scores, vocabulary, blank, sentence_end, history, features)
+    if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
+        raise checks.LabelScorerError(f"beam={beam!r}: the proof's beam width, an int >= 1 (it also decodes greedily)",
+                                      tensor="beam", rule="beam width")
     states = list(states)
     names = [s.name for s in states]
     updater_states = list(updater_states or names)
