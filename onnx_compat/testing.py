@@ -16,23 +16,16 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import torch
 
 from onnx_compat import versions
+from onnx_compat.runtimes import compare as compare_rule
+from onnx_compat.runtimes.session import open_session
 from onnx_compat.pipeline.vanilla import plain_export
 
 EXPORTERS = ("torchscript", "dynamo") if versions.HAS_DYNAMO else ("torchscript",)
 
-# A reference output is degenerate when its standard deviation is at most DEGENERATE_SPREAD times its
-# largest magnitude (zeros and constants among them). The suites had three floors: std > 1e-3
-# (ops, attention, recurrent, libraries), std > 1e-6 (the conv tests) and std > 1e-3 * max |value|
-# (spectral). Absolute floors depend on the output's units: a forward-normalised FFT of the spectral
-# suite spreads by 3e-4 in all (max 2e-3) and is fine, while a power spectrum of 1e3 plus round-off
-# is not. The relative floor of the spectral suite is the one every existing case passes: over all
-# cases, sizes and outputs of the five patch suites the smallest std / max |value| measured is 0.033
-# (fft_convolution), 30x above it, while the smallest std is 3.4e-4 (fft_ifft_complex), below 1e-3.
-DEGENERATE_SPREAD = 1e-3
+DEGENERATE_SPREAD = compare_rule.DEGENERATE_SPREAD  # the runtime layer's degenerate rule (runtimes/compare.py)
 
 Sizes = Mapping[str, int]
 Check = Tuple[Sizes, Sequence[torch.Tensor]]
@@ -58,19 +51,16 @@ def at(sizes: Sizes) -> str:
 
 
 def assert_not_degenerate(reference: np.ndarray, where: str) -> None:
-    """A comparison with an all-zero (or constant) reference passes for any graph that also gives it."""
-    scale = float(np.abs(reference).max()) if reference.size else 0.0
-    spread = float(np.std(reference)) if reference.size else 0.0
-    if not spread > DEGENERATE_SPREAD * scale > 0:
-        raise AssertionError(f"{where}: degenerate reference output: std {spread:.3g}, max |value| {scale:.3g} "
-                             f"(the std must exceed {DEGENERATE_SPREAD:g} x max |value| > 0)")
+    """A comparison with an all-zero (or constant) reference passes for any graph that also gives it
+    (the rule: ``runtimes.compare.degenerate``)."""
+    why = compare_rule.degenerate(reference)
+    if why is not None:
+        raise AssertionError(f"{where}: degenerate reference output: {why}")
 
 
-def session_of(proto_or_session: Union[onnx.ModelProto, bytes, str, ort.InferenceSession]) -> ort.InferenceSession:
-    if isinstance(proto_or_session, ort.InferenceSession):
-        return proto_or_session
-    model = proto_or_session.SerializeToString() if isinstance(proto_or_session, onnx.ModelProto) else proto_or_session
-    return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+def session_of(proto_or_session: Union[onnx.ModelProto, bytes, str, Any]):
+    """A session of a graph (a session passes through), with ONNX Runtime's default threads."""
+    return open_session(proto_or_session, threads=None, quiet=False)
 
 
 def eager_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list:
@@ -79,7 +69,7 @@ def eager_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
     return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
 
 
-def runtime_outputs(session: ort.InferenceSession, inputs: Sequence[torch.Tensor], where: str = "") -> list:
+def runtime_outputs(session, inputs: Sequence[torch.Tensor], where: str = "") -> list:
     """ONNX Runtime's outputs; its own error keeps its type and text (recorded failures match on them),
     with a note saying where it happened (Python 3.11+ shows notes)."""
     feeds = {i.name: np.asarray(x) for i, x in zip(session.get_inputs(), inputs)}
@@ -103,14 +93,14 @@ def bare_onnx(model: torch.nn.Module, args: Sequence[torch.Tensor], exporter: st
 
 
 def allclose(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> None:
-    np.testing.assert_allclose(got, expected, atol=atol, rtol=rtol)
+    """The runtime layer's one rule (``runtimes.compare.closeness``) as an assertion."""
+    close = compare_rule.closeness(got, expected, atol, rtol)
+    if not close.ok:
+        raise AssertionError(close.describe(atol, rtol))
 
 
 def _max_error(got: np.ndarray, expected: np.ndarray) -> float:
-    if got.size == 0:
-        return 0.0
-    with np.errstate(invalid="ignore"):
-        return float(np.nanmax(np.abs(got.astype(np.float64) - expected.astype(np.float64))))
+    return compare_rule.closeness(got, expected, 0.0, 0.0).max_abs_err
 
 
 def _compare_output(got, expected, name, sizes, output, *, keep, atol, rtol, scaled, compare):
@@ -126,7 +116,7 @@ def _compare_output(got, expected, name, sizes, output, *, keep, atol, rtol, sca
         assert_not_degenerate(expected, f"{name} {place}")
     except AssertionError as exc:
         raise EagerMismatch(str(exc), **fields) from None
-    tol = atol * float(np.abs(expected).max()) if scaled else atol
+    tol = atol * compare_rule.magnitude(expected) if scaled else atol
     try:
         compare(got, expected, tol, rtol)
     except AssertionError as exc:

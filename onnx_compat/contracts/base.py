@@ -177,11 +177,8 @@ class Context:
     def session(self):
         """An ONNX Runtime session of the graph, made once (one thread: probes are small runs)."""
         if "session" not in self.cache:
-            import onnxruntime as ort
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-            self.cache["session"] = ort.InferenceSession(self.proto.SerializeToString(), opts,
-                                                         providers=["CPUExecutionProvider"])
+            from onnx_compat.runtimes.session import open_session
+            self.cache["session"] = open_session(self.proto, threads=1)
         return self.cache["session"]
 
 

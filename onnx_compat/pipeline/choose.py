@@ -16,16 +16,16 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from onnx_compat.errors import ExportError
+from onnx_compat.runtimes.session import ModelSource, open_session
 from onnx_compat.spec import make_inputs, verification_sizes
 
-GraphLike = Union[onnx.ModelProto, bytes, str, ort.InferenceSession]
+GraphLike = ModelSource  # a ModelProto, serialized bytes, a path or a session
 
 
 @dataclass
@@ -44,16 +44,10 @@ class Choice:
             else f"{self.name}: the only verified graph"
 
 
-def deployed_session(graph: GraphLike, threads: int = 1) -> ort.InferenceSession:
-    """A session as a deployment builds it: all optimisations on, weights prepacked."""
-    if isinstance(graph, ort.InferenceSession):
-        return graph
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 4
-    data = graph.SerializeToString() if isinstance(graph, onnx.ModelProto) else graph
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+def deployed_session(graph: GraphLike, threads: int = 1):
+    """A session as a deployment builds it: all optimisations on, weights prepacked, ``threads`` fixed (a
+    session already open is used as it is)."""
+    return open_session(graph, threads=threads, prepack=True, optimization="all")
 
 
 def _feeds(case, wanted) -> Dict[str, np.ndarray]:
@@ -62,7 +56,7 @@ def _feeds(case, wanted) -> Dict[str, np.ndarray]:
     return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in raw.items() if k in wanted}
 
 
-def _runner(name: str, sess: ort.InferenceSession, cases: Sequence) -> callable:
+def _runner(name: str, sess, cases: Sequence) -> callable:
     wanted = {i.name for i in sess.get_inputs()}
     feeds = [_feeds(c, wanted) for c in cases]
 

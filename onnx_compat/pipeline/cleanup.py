@@ -21,9 +21,9 @@ import tempfile
 from typing import Optional, Tuple
 
 import onnx
-import onnxruntime as ort
 
 from onnx_compat.graph import all_nodes
+from onnx_compat.runtimes.session import open_session
 
 
 # Its transpose pushing is layout work for ONNX Runtime's own kernels: on graphs the dynamo exporter already
@@ -33,14 +33,6 @@ _DISABLED = ["TransposeOptimizer"]
 
 def _used_domains(proto: onnx.ModelProto) -> set:
     return {"", "ai.onnx"} | {n.domain for n in all_nodes(proto)} | {f.domain for f in proto.functions}
-
-
-def _weights_apart(opts: ort.SessionOptions, data_file: str) -> None:
-    """ONNX Runtime writes the cleaned graph's weights to ``data_file`` beside it as raw bytes: encoded into
-    the graph's protobuf and parsed back they cost more (12 x 256 MHA encoder, 38 MB of weights: the
-    cleanup 0.27 s -> 0.22 s CPU)."""
-    opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", data_file)
-    opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
 
 
 def _inline(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -59,32 +51,26 @@ def cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def cleanup_with_session(proto: onnx.ModelProto, weights=None,
-                         serialized: Optional[bytes] = None) -> Tuple[onnx.ModelProto, ort.InferenceSession]:
+                         serialized: Optional[bytes] = None) -> Tuple[onnx.ModelProto, object]:
     """``cleanup(proto)`` and the session that made it, which runs exactly that graph (one thread).
 
     ``weights``: the ``WeightsFolder`` holding the graph's weights (models past 2 GB); the session
     loads the graph from there and writes the cleaned weights to a data file of its own. ``serialized``:
     ``proto`` as bytes already (the exporter's own), so it is not serialised again."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 4
-    # the session runs three small verification shapes: repacking every weight for fast kernels costs more
-    opts.add_session_config_entry("session.disable_prepacking", "1")
+    # one thread, no repacking: the session runs three small verification shapes, and repacking every weight
+    # for fast kernels costs more than it saves. Its weights go to a data file beside the cleaned graph, as raw
+    # bytes: encoded into the graph's protobuf and parsed back they cost more (12 x 256 MHA encoder, 38 MB of
+    # weights: the cleanup 0.27 s -> 0.22 s CPU).
+    settings = dict(threads=1, prepack=False, optimization="basic", disabled_optimizers=_DISABLED)
     if weights is not None:
-        opts.optimized_model_filepath = weights.step_path("cleanup")
-        _weights_apart(opts, "cleanup.data")
-        sess = ort.InferenceSession(weights.save_graph(proto), opts, providers=["CPUExecutionProvider"],
-                                    disabled_optimizers=_DISABLED)
-        out = weights.adopt(opts.optimized_model_filepath, "cleanup")
+        saved = weights.step_path("cleanup")
+        sess = open_session(weights.save_graph(proto), save_optimized=saved, saved_weights="cleanup.data", **settings)
+        out = weights.adopt(saved, "cleanup")
     else:
         with tempfile.TemporaryDirectory(prefix="onnx_compat_cleanup_") as folder:
-            opts.optimized_model_filepath = os.path.join(folder, "cleaned.onnx")
-            _weights_apart(opts, "cleaned.data")
-            sess = ort.InferenceSession(serialized or proto.SerializeToString(), opts, providers=["CPUExecutionProvider"],
-                                        disabled_optimizers=_DISABLED)
-            out = _inline(onnx.load(opts.optimized_model_filepath))
+            saved = os.path.join(folder, "cleaned.onnx")
+            sess = open_session(serialized or proto, save_optimized=saved, saved_weights="cleaned.data", **settings)
+            out = _inline(onnx.load(saved))
     # ONNX Runtime declares every domain it knows; keep those the graph uses
     used = _used_domains(out)
     kept = [o for o in out.opset_import if o.domain in used]

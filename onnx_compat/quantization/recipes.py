@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import onnx
-import onnxruntime as ort
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
+from ..runtimes.session import open_session
 from .errors import QuantizationError
 
 
@@ -92,11 +92,8 @@ class Float16:
 
 def _node_without_fp16_kernel(model: onnx.ModelProto) -> Optional[str]:
     """The node ONNX Runtime (CPU) refuses to load for want of a float16 kernel, or None."""
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        open_session(model, threads=1, optimization="none")
     except Exception as exc:  # NOT_IMPLEMENTED names the node; anything else is for verification to report
         found = _NO_KERNEL.search(str(exc))
         return found.group(1) if found else None

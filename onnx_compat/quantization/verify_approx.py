@@ -14,8 +14,10 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
+from ..runtimes.compare import valid_mask
+from ..runtimes.session import open_session
 from ..spec import TensorSpec, dim_sizes, size_name
-from ._deps import Case, reference_cases, session, valid_mask
+from ._deps import Case, reference_cases
 
 REFERENCES = ("float", "eager")  # the float ONNX model; the unpatched eager model
 
@@ -69,7 +71,7 @@ def cases_for(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Seq
 
 def runner(path: str, threads: int = 1) -> Runner:
     """Run the ONNX model at ``path``: feeds cast to its declared input types, float outputs as float32."""
-    sess = session(path, threads=threads)
+    sess = open_session(path, threads=threads)
     types = {i.name: _numpy_type(i.type) for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
 

@@ -17,6 +17,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from ..runtimes.compare import closeness
 from ..spec import Dim
 from .causal_layers import CausalConv, Layers, Recurrent, find_layers, record, time_axes
 from .errors import NotStreamable
@@ -213,8 +214,9 @@ def _check_exact(step: StreamStep, model: nn.Module, x: torch.Tensor, time_axis:
             pieces.append(out)
             start += size
         streamed = torch.cat(pieces, dim=step.output_time_axis)
-    if streamed.shape != full.shape or not torch.allclose(streamed, full, atol=1e-5, rtol=1e-4):
-        err = float((streamed - full).abs().max()) if streamed.shape == full.shape else float("inf")
+    close = closeness(streamed, full, 1e-5, 1e-4)
+    if not close.ok:
+        err = close.max_abs_err
         raise NotStreamable(f"the derived step does not reproduce {type(model).__name__}'s full forward (max abs "
                             f"err {err:.3g} over {len(pieces)} chunks): a layer mixes time in a way streamify did not "
                             "detect", module=type(model).__name__)

@@ -19,8 +19,10 @@ import numpy as np
 import onnx
 import torch
 
+from ..runtimes.compare import closeness, degenerate
+from ..runtimes.session import open_session
 from ..spec import Dim, TensorSpec, make_inputs
-from ._deps import flatten, session
+from ._deps import flatten
 from .errors import StreamMismatch
 from .probe import run_step
 from .states import StateLayout
@@ -124,20 +126,13 @@ def onnx_stream(sess, inputs, outputs, layout: StateLayout, stream, plan: Plan, 
 
 
 def _error(got: torch.Tensor, want: torch.Tensor) -> Tuple[float, bool]:
-    if got.shape != want.shape:
-        return float("inf"), False
-    if not want.numel():
-        return 0.0, True
-    diff = (got.double() - want.double()).abs()
-    return float(diff.max()), True
+    """The largest difference (inf for a shape or NaN/inf that disagrees) and whether the shapes agree."""
+    return closeness(got, want, 0.0, 0.0).max_abs_err, got.shape == want.shape
 
 
 def _close(got, want, atol, rtol) -> bool:
-    if got.shape != want.shape:
-        return False
-    if not want.dtype.is_floating_point:
-        return torch.equal(got, want.to(got.dtype))
-    return bool(torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol))
+    """The runtime layer's one rule (``runtimes.compare``): exact for integers, NaN/inf where eager has them."""
+    return closeness(got, want, atol, rtol).ok
 
 
 def compare(ours: Stream, ref: Stream, out_names: Sequence[str], layout: StateLayout, batch: int,
@@ -230,7 +225,7 @@ def verify_stream(model_bytes: bytes, proto: onnx.ModelProto, step: StepModule, 
                   init_fn: Optional[Callable], none_first: bool, full_forward: Optional[Callable],
                   atol: float, rtol: float, seed: int) -> List[dict]:
     """One entry per batch size, shaped like ``export()``'s verification entries (``summary()`` prints them)."""
-    sess = session(model_bytes)
+    sess = open_session(model_bytes)
     out_names = [n for spec in outputs for n in spec.onnx_names]
     entries = []
     for k, batch in enumerate(batches):
@@ -263,12 +258,11 @@ def verify_stream(model_bytes: bytes, proto: onnx.ModelProto, step: StepModule, 
 
 
 def _flat(ref: Stream, name: str, out_names: Sequence[str]) -> bool:
-    """An output that is one value over the whole stream proves nothing."""
+    """An output that is degenerate over the whole stream (``runtimes.compare``: zeros, a constant) proves nothing."""
     if name not in out_names:
         return False
     k = out_names.index(name)
-    values = torch.cat([c[k].reshape(-1).double() for c in ref.outputs])
-    return bool(values.numel() > 1 and (values == values[0]).all())
+    return degenerate(torch.cat([c[k].reshape(-1).double() for c in ref.outputs])) is not None
 
 
 def _init_means_none(step, inputs, outputs, stream, plan: Plan, init, ref: Stream) -> bool:
