@@ -199,6 +199,7 @@ def test_a_new_step_plugs_into_export_without_a_pipeline_change(tmp_path):
     assert {p.key: p.value for p in written.metadata_props}["stamp"] == "yes"
     assert report.metadata["stamp"] == "yes"  # the report describes the graph as the step left it
     assert (tmp_path / "stamp.txt").read_text() == f"{len(written.graph.node)}\n"
+    assert report.files == [str(tmp_path / "stamp.txt")] and "beside      stamp.txt" in report.summary()
     assert report.steps == {"stamp": {"nodes": len(written.graph.node),
                                       "summary": [f"stamp       {len(written.graph.node)} nodes stamped"]}}
     assert "stamp       " in report.summary() and json.loads(report.to_json())["steps"]["stamp"]["nodes"]

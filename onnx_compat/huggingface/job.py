@@ -185,7 +185,7 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
                           model_type=job.model_type)
     with files.staged_copies(copies, destination) as staged:
         report = export(job.model, path, job.inputs, job.outputs, **export_kwargs)
-        report.files = files.commit(staged)
+        report.files += files.commit(staged)  # beside the files the export's steps wrote (a contract's tokens)
     return report
 
 

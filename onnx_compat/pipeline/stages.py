@@ -309,7 +309,7 @@ def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
             report.external_data = os.path.basename(request.path) + ".data" if spill.beside else None
         report.model_sha256 = content_hash(request.path)
     for step in request.steps:
-        step.write_files(request, report, os.path.dirname(request.path))
+        report.files += step.write_files(request, report, os.path.dirname(request.path)) or []
     for step in request.steps:
         described = step.describe()
         if described is not None:
