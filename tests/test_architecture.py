@@ -128,17 +128,20 @@ def test_no_arrow_from_the_pipeline_or_the_patches_up():
     assert arrows == []
 
 
-def test_importing_the_pipeline_loads_no_feature_above_it():
-    """What the source says, as Python runs it: ``import onnx_compat.pipeline`` (the package's ``__init__``, the
-    public API, loads too) loads no consumer, quantization, diagnosis, streaming, checkpoint support or CLI."""
+def test_a_plain_export_loads_no_feature_above_the_pipeline(tmp_path):
+    """What the source says, as Python runs it: an export that asks for no deployment step (and does not fail)
+    loads no consumer, quantization, diagnosis, streaming, checkpoint support or CLI."""
     features = tuple(a for a in ABOVE if a not in ("cli", "onnx_compat.deploy", "onnx_compat.api")) + \
         ("onnx_compat.cli", "onnx_compat.command")
-    code = ("import json, sys, onnx_compat.pipeline; "
+    code = ("import json, sys, torch, onnx_compat; from onnx_compat import Dim, TensorSpec; "
+            "onnx_compat.export(torch.nn.Linear(6, 4), sys.argv[1], [TensorSpec('x', [Dim('batch'), 6])], "
+            "[TensorSpec('y', [Dim('batch'), 4])], exporter='torchscript'); "
             f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({features!r}))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.onnx")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    assert os.path.exists(tmp_path / "m.onnx")
 
 
 # A deployment step defined here, outside the package: the pipeline is not told about it.

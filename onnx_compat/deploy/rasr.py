@@ -31,6 +31,16 @@ class RasrStep(ContractStep):
         super().__init__("rasr", options=names)
         self.check = None
 
+    @property
+    def needs_whole_graph(self) -> bool:
+        """RASR's rules read only the graph's inputs and outputs; a built consumer loads the whole model."""
+        return any(consumer.available() is None for consumer in self.contract.consumers)
+
+    @property
+    def contract(self):
+        from onnx_compat.contracts import get_contract
+        return get_contract(self.name)
+
     def before_capture(self, request) -> None:
         if self.options is None:
             self.options = rasr_names(request.subject.inputs, request.subject.outputs)
@@ -44,7 +54,7 @@ class RasrStep(ContractStep):
         """RASR's consumers feed the features' lengths: a model without that input is not run in them."""
         if self.options.get("features_size", "data:size1") is not None:
             return super().in_consumers(proto, subject)
-        for consumer in self.applied.contract.consumers:
+        for consumer in self.contract.consumers:
             self.applied.consumer_checks.append({"consumer": consumer.name, "ok": None,
                                                  "skipped": "the model takes no features-size input, which it feeds"})
 
