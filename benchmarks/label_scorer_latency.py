@@ -31,7 +31,7 @@ from readme_block import add_write_option, write_marked  # noqa: E402
 from onnx_compat.label_scorers import export_label_scorer  # noqa: E402
 from onnx_compat.models import aed, transducer  # noqa: E402
 from onnx_compat.parts.part import batch_axis  # noqa: E402
-from onnx_compat.pipeline.verification import session  # noqa: E402
+from onnx_compat.runtimes.session import open_session as session  # noqa: E402
 
 BATCHES = (1, 4, 16)
 FRAMES = 25

@@ -11,13 +11,13 @@ import os
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.models import transducer
 from onnx_compat.parts import GraphContractError, Part, export_parts
+from onnx_compat.runtimes.session import open_session
 from onnx_compat.streaming import StateSpec
 
 
@@ -47,7 +47,7 @@ def _io(proto):
 
 
 def _greedy_ort(folder, features, blank, max_symbols=3):
-    s = {n: ort.InferenceSession(os.path.join(folder, f"{n}.onnx"), providers=["CPUExecutionProvider"])
+    s = {n: open_session(os.path.join(folder, f"{n}.onnx"))
          for n in ("encoder", "init", "update", "joint")}
     enc, _ = s["encoder"].run(None, {"features": features, "features:size1": np.array([features.shape[1]], np.int32)})
     h, c, out = s["init"].run(None, {})

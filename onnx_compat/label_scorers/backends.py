@@ -72,7 +72,7 @@ class RasrEmulator(Scorer):
     def __init__(self, kind: str, values: Mapping[str, str], graphs: Optional[Mapping[str, onnx.ModelProto]] = None,
                  rows: bool = True, atol: float = 1e-5):
         super().__init__(kind, int(setting(values, "history-length", "1")), int(setting(values, "start-label-index", "0")))
-        from onnx_compat.pipeline.verification import session
+        from onnx_compat.runtimes.session import open_session as session
         self.graphs, self.maps, self.meta = {}, {}, {}
         for graph in graphs_of(kind):
             settings = graph_settings(values, selector(kind, graph))
