@@ -23,7 +23,7 @@ import torch
 
 from onnx_compat.models import lstm_encoder, streaming_conformer
 from onnx_compat.streaming import export_streaming
-from onnx_compat.streaming._deps import session
+from onnx_compat.pipeline.verification import session
 
 HOP_SECONDS = 0.01  # one feature frame
 

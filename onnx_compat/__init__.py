@@ -16,39 +16,39 @@ if tuple(int(p) for p in _re.findall(r"\d+", _torch.__version__)[:2]) < (2, 0):
                       "(pip install 'torch>=2.0')")
 
 from onnx_compat import _moved  # noqa: E402
-from onnx_compat.errors import (CaptureError, Culprit, DimSpecialized, ExportError, OnnxCompatError,  # noqa: E402
-                                RuntimeUnavailable, SpecError, SpectralError, TargetError, VerificationError)
+from onnx_compat.errors import ExportError, OnnxCompatError, SpecError, VerificationError  # noqa: E402
 from onnx_compat.graph import describe  # noqa: E402
 from onnx_compat.patches.registry import available_patches, patched, unavailable_patches  # noqa: E402
 from onnx_compat.api import export  # noqa: E402
-from onnx_compat.pipeline.report import Attempt, Report  # noqa: E402
+from onnx_compat.pipeline.report import Report  # noqa: E402
 from onnx_compat.pipeline.verification import verify  # noqa: E402
 from onnx_compat.spec import Dim, TensorSpec  # noqa: E402
 
 _moved.install()
 
-__all__ = ["available_patches", "unavailable_patches", "patched", "Dim", "TensorSpec", "export", "verify",
-           "describe", "check_rasr", "diagnose", "Report", "Attempt", "export_streaming", "StateSpec", "streamify",
-           "StreamingError", "StreamMismatch", "NotStreamable",
-           "quantize", "QuantizationError", "QuantReport", "from_pretrained_dir", "export_pretrained",
-           "export_label_scorer", "LabelScorerError",
-           "OnnxCompatError", "ExportError", "CaptureError", "DimSpecialized", "SpecError", "SpectralError",
-           "TargetError", "RuntimeUnavailable", "VerificationError", "Culprit", "__version__"]
+# What a user calls, declares and catches; every other error is in ``onnx_compat.errors``.
+__all__ = ["export", "verify", "diagnose", "describe", "check_rasr", "patched", "available_patches",
+           "unavailable_patches", "export_streaming", "streamify", "quantize", "export_pretrained",
+           "from_pretrained_dir", "export_label_scorer", "Dim", "TensorSpec", "StateSpec", "Report", "OnnxCompatError", "ExportError",
+           "VerificationError", "SpecError", "__version__"]
 
 
 # Names whose layers load on first use: an export needs none of them, and a process (the CLI, a
 # job that exports one model) should not pay for the consumers, diagnosis, streaming and quantization.
+# The names after the first group were in ``__all__`` before it was kept short; they stay importable.
 _LAZY = {"check_rasr": ("onnx_compat.contracts.rasr", "check_rasr"),
          "diagnose": ("onnx_compat.diagnosis", "diagnose"),
-         **{name: ("onnx_compat.streaming", name) for name in ("export_streaming", "StateSpec", "streamify",
-                                                               "StreamingError", "StreamMismatch", "NotStreamable")},
+         **{name: ("onnx_compat.streaming", name) for name in ("export_streaming", "StateSpec", "streamify")},
          "quantize": ("onnx_compat.quantization", "quantize"),
          "export_label_scorer": ("onnx_compat.label_scorers", "export_label_scorer"),
-         "LabelScorerError": ("onnx_compat.label_scorers", "LabelScorerError"),
-         "QuantizationError": ("onnx_compat.quantization", "QuantizationError"),
          "QuantReport": ("onnx_compat.quantization", "QuantReport"),
          "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),
-         "export_pretrained": ("onnx_compat.huggingface", "export_pretrained")}
+         "export_pretrained": ("onnx_compat.huggingface", "export_pretrained"),
+         "Attempt": ("onnx_compat.pipeline.report", "Attempt"),
+         **{name: ("onnx_compat.errors", name) for name in (
+             "CaptureError", "Culprit", "DimSpecialized", "RuntimeUnavailable", "SpectralError", "TargetError",
+             "StreamingError", "StreamMismatch", "NotStreamable", "QuantizationError", "LabelScorerError")}}
+PUBLIC = frozenset(__all__) | frozenset(_LAZY)
 
 
 def __getattr__(name: str):
@@ -63,3 +63,6 @@ def __getattr__(name: str):
         warnings.warn("onnx_compat.inspect is now onnx_compat.describe", DeprecationWarning, stacklevel=2)
         return describe
     raise AttributeError(f"module 'onnx_compat' has no attribute {name!r}")
+
+
+_moved.guard_public_names(__name__, PUBLIC)

@@ -4,6 +4,12 @@
 ``DeprecationWarning`` naming the new path, so a user's patch family or
 script written against the old layout does not break; the names inside each
 module are the same.
+
+Three old paths (``onnx_compat.export``, ``.verify``, ``.diagnose``) are also
+the names of public functions. Python's import binds a submodule as an
+attribute of its package once it is imported, which would turn
+``onnx_compat.verify`` into a module; ``guard_public_names`` keeps every
+public name of the package what it was.
 """
 from __future__ import annotations
 
@@ -11,7 +17,9 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
+from typing import FrozenSet
 
 MOVED = {
     "onnx_compat.export": "onnx_compat.pipeline",
@@ -57,3 +65,21 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install() -> None:
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.append(_Alias())
+
+
+class _GuardedPackage(types.ModuleType):
+    """The package's module type: importing a submodule never rebinds a public name of the package."""
+
+    _public: FrozenSet[str] = frozenset()
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and name in type(self)._public:
+            return  # ``import onnx_compat.verify``: the module is in sys.modules; the function stays
+        super().__setattr__(name, value)
+
+
+def guard_public_names(package: str, public: FrozenSet[str]) -> None:
+    """Keep ``public`` names of ``package`` bound to the functions and classes they are."""
+    module = sys.modules[package]
+    guarded = type("_GuardedPackage", (_GuardedPackage,), {"_public": frozenset(public)})
+    module.__class__ = guarded

@@ -17,6 +17,68 @@ class OnnxCompatError(Exception):
     """The base of every error onnx_compat raises on purpose."""
 
 
+class ArgumentError(OnnxCompatError, ValueError):
+    """An argument of a public call that is unknown or out of range; ``argument`` names it, ``value`` is what
+    was given (``exporter="bogus"``, ``contract="nope"``, ``quantize=`` without ``verify=True``)."""
+
+    def __init__(self, message: str, *, argument: Optional[str] = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.argument, self.value = argument, value
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the wrong kind (``runtimes=[42]``, a model that is not a module)."""
+
+
+class UsageError(OnnxCompatError, ValueError):
+    """The command line asks for something it cannot do (exit code 2); ``option`` names the flag at fault."""
+
+    def __init__(self, message: str, *, option: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class FactoryError(UsageError):
+    """A ``MODULE:FACTORY`` that cannot be imported or does not return what its verb needs."""
+
+
+class OutputPathError(OnnxCompatError, ValueError):
+    """A file cannot be written where it was asked to be (a directory, no folder, no permission, no room);
+    found before any work starts. ``path``: the file asked for."""
+
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class WriteError(OnnxCompatError, OSError):
+    """Writing a file failed while it was written (the disk filled up); nothing partial is left."""
+
+
+class ModelFileError(OnnxCompatError, ValueError):
+    """An ``.onnx`` file that cannot be read: missing, truncated or not a model. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class PatchError(OnnxCompatError, ValueError):
+    """A patch name or declaration that does not fit the registry (``patched(only=["nope"])``); ``patch``."""
+
+    def __init__(self, message: str, *, patch: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.patch = patch
+
+
+class PatchSelectionTypeError(PatchError, TypeError):
+    """``only=``/``exclude=`` given a string, not a list of names."""
+
+
+class PatchUnavailable(PatchError, RuntimeError):
+    """A patch asked for by name that cannot act with this torch or without its library."""
+
+
 class SpecError(OnnxCompatError, ValueError):
     """The declared inputs/outputs (or the examples) do not fit the model or each other."""
 
@@ -149,3 +211,46 @@ class ExportError(OnnxCompatError, RuntimeError):
         self.attempts = list(attempts or [])
         self.culprits = list(culprits or [])
         self.stage = stage
+
+
+# Errors defined beside the layer that raises them, importable from here too. They load on first use: importing
+# ``onnx_compat.errors`` must not load streaming, quantization, the consumers or transformers' support.
+_ELSEWHERE = {
+    **{name: "onnx_compat.huggingface.errors" for name in ("HFError", "ConfigError", "UncoveredModelError",
+                                                            "TaskError", "PreprocessorError", "WeightsError")},
+    **{name: "onnx_compat.streaming.errors" for name in ("StreamingError", "StreamMismatch", "NotStreamable")},
+    "QuantizationError": "onnx_compat.quantization.errors",
+    "ContractError": "onnx_compat.contracts.base",
+    "ConsumerMismatch": "onnx_compat.contracts.consumers",
+    "IntRangeError": "onnx_compat.int_ranges",
+}
+
+__all__ = ["OnnxCompatError", "ArgumentError", "ArgumentTypeError", "UsageError", "FactoryError", "OutputPathError",
+           "WriteError", "ModelFileError", "PatchError", "PatchSelectionTypeError", "PatchUnavailable", "SpecError",
+           "TargetError", "SpectralError", "RuntimeUnavailable", "StaticDim", "NarrowedDim", "DimSpecialized",
+           "Culprit", "CaptureError", "Mismatch", "VerificationError", "ExportError", *_ELSEWHERE]
+
+
+def __getattr__(name: str):
+    if name in _ELSEWHERE:
+        import importlib
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module 'onnx_compat.errors' has no attribute {name!r}")
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised because of Ctrl-C: an exporter that catches every exception may wrap the
+    ``KeyboardInterrupt`` in its own error, which must stop the export, never count as a failed attempt."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise ``KeyboardInterrupt`` (from ``exc``) when ``exc`` came from one; else nothing."""
+    if interrupted(exc):
+        raise KeyboardInterrupt() from exc

@@ -9,13 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Type
 
-
-class FactoryError(ValueError):
-    """The FACTORY cannot be imported or does not return what its verb needs (``export-streaming``'s usage error;
-    here so the CLI can name it without loading the streaming layer)."""
+from onnx_compat.errors import FactoryError
 
 
-def call_factory(spec: str, error: Type[Exception]):
+def call_factory(spec: str, error: Type[Exception] = FactoryError):
     """What ``spec``'s function returns; ``error`` (the verb's usage error) names what is wrong with ``spec``."""
     module_name, _, func_name = spec.partition(":")
     if not module_name or not func_name:

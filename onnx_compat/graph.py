@@ -10,6 +10,8 @@ from typing import Dict, List, Mapping, Optional, Union
 import onnx
 from onnx import numpy_helper
 
+from onnx_compat.errors import ArgumentError, ArgumentTypeError, ModelFileError
+
 DTYPES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
 
 
@@ -26,8 +28,25 @@ def all_nodes(proto: onnx.ModelProto):
                 stack.extend(attr.graphs)
 
 
-def load(model: Union[str, os.PathLike, onnx.ModelProto]) -> onnx.ModelProto:
-    return model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model), load_external_data=False)
+def load(model: Union[str, os.PathLike, onnx.ModelProto], load_external_data: bool = False) -> onnx.ModelProto:
+    """``model`` as a proto; a file that is missing, truncated or not a model is a ``ModelFileError`` naming it
+    (protobuf's own error says "Error parsing message" and no file)."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = os.fspath(model)
+    if not os.path.isfile(path):
+        raise ModelFileError(f"{path!r}: no such file" if not os.path.exists(path) else f"{path!r} is not a file",
+                             path=path)
+    try:
+        proto = onnx.load(path, load_external_data=load_external_data)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path!r}: {exc.strerror or exc}", path=path) from exc
+    except Exception as exc:  # protobuf's DecodeError, onnx's own errors on a damaged file
+        raise ModelFileError(f"{path!r} is not a readable ONNX model (truncated or corrupt?): "
+                             f"{type(exc).__name__}: {exc}", path=path) from exc
+    if not proto.graph.node and not proto.graph.input and not proto.graph.output:
+        raise ModelFileError(f"{path!r} is not an ONNX model: it holds no graph", path=path)
+    return proto
 
 
 def value_info(value: onnx.ValueInfoProto) -> dict:
@@ -108,8 +127,13 @@ def findings(proto: onnx.ModelProto, dynamic: Optional[Mapping[str, Mapping[int,
 
 def describe(model: Union[str, os.PathLike, onnx.ModelProto],
             dynamic: Optional[Mapping[str, Mapping[int, str]]] = None) -> dict:
-    """A summary of ``model``: opset, I/O, node count, op histogram, auto_pad, metadata, findings."""
+    """A summary of ``model``: opset, I/O, node count, op histogram, auto_pad, metadata, findings.
+
+    ``dynamic``: ``{io_name: {axis: dim_name}}`` meant to be dynamic; a name or axis the graph does not
+    have is an ``ArgumentError`` (a typo must not read as a dim the exporter dropped)."""
     proto = load(model)
+    if dynamic is not None:
+        _check_wanted(proto, dynamic)
     return {
         "opset": {imp.domain or "ai.onnx": imp.version for imp in proto.opset_import},
         "ir_version": proto.ir_version,
@@ -121,6 +145,18 @@ def describe(model: Union[str, os.PathLike, onnx.ModelProto],
         "metadata": {p.key: p.value for p in proto.metadata_props},
         "findings": findings(proto, dynamic),
     }
+
+
+def _check_wanted(proto: onnx.ModelProto, wanted: Mapping[str, Mapping[int, str]]) -> None:
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(proto.graph.input) + list(proto.graph.output)}
+    for name, axes in wanted.items():
+        if name not in ranks:
+            raise ArgumentError(f"dynamic: the graph has no input or output {name!r}; it has {list(ranks)}",
+                                argument="dynamic", value=name)
+        beyond = sorted(a for a in axes if not 0 <= a < ranks[name])
+        if beyond:
+            raise ArgumentError(f"dynamic: {name!r} has {ranks[name]} dims, no axis {beyond[0]}",
+                                argument="dynamic", value=f"{name}:{beyond[0]}")
 
 
 def static_where_dynamic(proto: onnx.ModelProto, wanted: Dict[str, Dict[int, str]]) -> List[str]:
@@ -143,7 +179,8 @@ def set_metadata(proto: onnx.ModelProto, entries: Dict[str, str]) -> None:
     existing = {p.key: p for p in proto.metadata_props}
     for key, value in entries.items():
         if not isinstance(value, str):
-            raise TypeError(f"metadata {key!r}: values must be strings, got {type(value).__name__}")
+            raise ArgumentTypeError(f"metadata {key!r}: values must be strings, got {type(value).__name__}",
+                                    argument="metadata", value=key)
         if key in existing:
             existing[key].value = value
         else:

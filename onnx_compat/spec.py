@@ -36,13 +36,13 @@ class Dim:
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
-            raise ValueError(f"Dim needs a non-empty name, got {self.name!r}")
+            raise SpecError(f"Dim needs a non-empty name, got {self.name!r}")
         if self.min < 1 or (self.max is not None and self.max < self.min):
-            raise ValueError(f"Dim {self.name!r}: need 1 <= min <= max, got min={self.min}, max={self.max}")
+            raise SpecError(f"Dim {self.name!r}: need 1 <= min <= max, got min={self.min}, max={self.max}")
         if not isinstance(self.multiple, int) or self.multiple < 1:
-            raise ValueError(f"Dim {self.name!r}: multiple must be a positive int, got {self.multiple!r}")
+            raise SpecError(f"Dim {self.name!r}: multiple must be a positive int, got {self.multiple!r}")
         if self.max is not None and -(-self.min // self.multiple) * self.multiple > self.max:
-            raise ValueError(f"Dim {self.name!r}: no multiple of {self.multiple} lies in [{self.min}, {self.max}]")
+            raise SpecError(f"Dim {self.name!r}: no multiple of {self.multiple} lies in [{self.min}, {self.max}]")
 
 
 DimLike = Union[Dim, str, int, None]  # a str names a Dim; None: an output dim taken from what the model returns
@@ -154,15 +154,15 @@ def forward_arguments(model: torch.nn.Module, inputs: Sequence[TensorSpec]) -> L
     named = [arg for _, arg in pairs if arg is not None]
     if named and len(named) != len(pairs):
         unnamed = [n for n, arg in pairs if arg is None]
-        raise ValueError(f"inputs {unnamed} have no forward argument: name all inputs (arg=, length_args=) or none")
+        raise SpecError(f"inputs {unnamed} have no forward argument: name all inputs (arg=, length_args=) or none")
     for onnx_name, arg in pairs:
         if arg is not None and arg not in params and not takes_kwargs:
-            raise ValueError(f"input {onnx_name!r} maps to forward argument {arg!r}, which "
+            raise SpecError(f"input {onnx_name!r} maps to forward argument {arg!r}, which "
                              f"{type(model).__name__}.forward does not have (it takes {list(params)})")
     if not named:
         positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if len(pairs) > len(positional) and not any(p.kind is p.VAR_POSITIONAL for p in params.values()):
-            raise ValueError(f"{len(pairs)} inputs {[n for n, _ in pairs]} but {type(model).__name__}.forward "
+            raise SpecError(f"{len(pairs)} inputs {[n for n, _ in pairs]} but {type(model).__name__}.forward "
                              f"takes {len(positional)} positional arguments {[p.name for p in positional]}")
     return pairs
 
@@ -171,6 +171,10 @@ def dim_sizes(inputs: Sequence[TensorSpec], overrides: Mapping[str, int] = (), s
     """One size per named dim: the example export sizes (B=3, T=37 unless set)."""
     sizes: Dict[str, int] = {}
     overrides = dict(overrides)
+    known = {dim.name for spec in inputs for dim in spec.dynamic_axes().values()}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise SpecError(f"sizes: no input has a dim named {unknown[0]!r}; the inputs' dims are {sorted(known)}")
     for spec in inputs:
         for axis, dim in spec.dynamic_axes().items():
             if dim.name in sizes:

@@ -1,5 +1,6 @@
 """The CLI as a pipeline step: exit codes, one clear line, files."""
 import json
+import os
 import subprocess
 import sys
 
@@ -29,14 +30,129 @@ def test_export_inspect_verify(tmp_path, capsys):
 @pytest.mark.parametrize("argv, code, match", [
     (["export", "no_such_module:build", "--out", "{tmp}/m.onnx"], 2, "cannot import 'no_such_module'"),
     (["export", "onnx_compat.models.conv_demo:nope", "--out", "{tmp}/m.onnx"], 2, "no callable 'nope'"),
-    (["export", FACTORY, "--out", "{tmp}/no/m.onnx"], 1, "does not exist"),
+    (["export", FACTORY, "--out", "{tmp}/no/m.onnx"], 2, "does not exist"),
     (["export", FACTORY, "--out", "{tmp}/m.onnx", "--size", "time"], 2, "KEY=VALUE"),
-    (["inspect", "{tmp}/missing.onnx"], 1, "missing.onnx"),
-], ids=["unknown_module", "unknown_callable", "missing_out_dir", "size_without_value", "inspect_missing_file"])
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--size", "time=x"], 2, "'x' is not an int"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--size", "frames=100"], 2, "no input has a dim named 'frames'"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--metadata", "novalue"], 2, "--metadata takes KEY=VALUE"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--contract", "nope"], 2, "invalid choice: 'nope'"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--quantize", "nope"], 2, "invalid choice: 'nope'"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--exporter", "bogus"], 2, "invalid choice: 'bogus'"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--json", "{tmp}/no/r.json"], 2, "--json: cannot write the report"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--task", "ctc"], 2, "--task is for hf:DIR sources only"),
+    (["export", FACTORY, "--out", "{tmp}/m.onnx", "--quantize", "fp16", "--no-verify"], 2, "needs verify=True"),
+    (["export", FACTORY], 2, "the following arguments are required: --out"),
+    (["bogus"], 2, "invalid choice: 'bogus'"),
+    (["inspect", "{tmp}/missing.onnx"], 1, "ModelFileError: '{tmp}/missing.onnx': no such file"),
+    (["verify", "{tmp}/missing.onnx", FACTORY], 2, "no such file"),
+    (["diagnose", FACTORY, "--size", "frames=3"], 2, "'frames'"),
+    (["repair", "{tmp}/missing.onnx", "--out", "{tmp}/no/r.onnx"], 2, "--out: cannot write the repaired model"),
+    (["export-streaming", "onnx_compat.models.lstm_encoder:streaming_job", "--out", "{tmp}/s.onnx",
+      "--metadata", "x"], 2, "--metadata takes KEY=VALUE"),
+    (["export-streaming", "onnx_compat.models.lstm_encoder:streaming_job", "--out", "{tmp}/no/s.onnx"], 2,
+     "does not exist"),
+    (["quantize", "{tmp}/m.onnx", FACTORY, "--recipe", "nope", "--report", "r.json"], 2, "invalid choice: 'nope'"),
+    (["quantize", "{tmp}/m.onnx", FACTORY, "--recipe", "fp16", "--report", "{tmp}/r.json", "--threshold", "snr"], 2,
+     "--report: no such file"),
+], ids=["unknown_module", "unknown_callable", "missing_out_dir", "size_without_value", "size_not_a_number",
+        "size_of_no_dim", "metadata_without_value", "unknown_contract", "unknown_recipe", "unknown_exporter",
+        "json_folder_missing", "task_without_hf", "quantize_without_verify", "no_out", "unknown_verb",
+        "inspect_missing_file", "verify_missing_file", "diagnose_size_of_no_dim", "repair_out_folder_missing",
+        "streaming_metadata", "streaming_out_folder_missing", "quantize_unknown_recipe", "quantize_missing_report"])
 def test_failures_are_one_line_and_non_zero(argv, code, match, tmp_path, capsys):
     assert main([a.format(tmp=tmp_path) for a in argv]) == code
     err = capsys.readouterr().err.strip()
-    assert match in err and len(err.splitlines()) == 1
+    assert match.format(tmp=tmp_path) in err and len(err.splitlines()) == 1, err
+    assert err.startswith("onnx-compat: usage error: " if code == 2 else "onnx-compat: ModelFileError: ")
+    assert list(tmp_path.iterdir()) == [], "a usage error is found before any work"
+
+
+@pytest.mark.parametrize("verb", ["inspect", "repair", "quantize", "verify"])
+def test_a_damaged_model_file_is_named(verb, tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07" + b"truncated\xff" * 8)
+    (tmp_path / "r.json").write_text("{}")
+    argv = {"inspect": ["inspect", str(bad)], "repair": ["repair", str(bad), "--out", str(tmp_path / "f.onnx")],
+            "verify": ["verify", str(bad), FACTORY],
+            "quantize": ["quantize", str(bad), FACTORY, "--recipe", "fp16", "--report", str(tmp_path / "r.json")]}
+    assert main(argv[verb]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onnx-compat: ModelFileError: ") and str(bad) in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx", "r.json"]
+
+
+def test_json_is_checked_before_the_export(tmp_path, capsys):
+    """An unwritable --json used to be found after the whole export, which then exited 1 and left its model."""
+    assert main(["export", FACTORY, "--out", str(tmp_path / "m.onnx"), "--exporter", "torchscript",
+                 "--json", str(tmp_path / "m.onnx" / "r.json")]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_names_a_dynamic_dim_the_graph_does_not_have(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert main(["export", FACTORY, "--out", str(out), "--exporter", "torchscript"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--dynamic", "nosuch:1"]) == 2
+    err = capsys.readouterr().err
+    assert "'nosuch'" in err and "dropped" not in err and len(err.strip().splitlines()) == 1
+    assert main(["inspect", str(out), "--dynamic", "data:7"]) == 2
+    assert "no axis 7" in capsys.readouterr().err
+
+
+_INTERRUPTED = """
+import torch
+from onnx_compat import Dim, TensorSpec
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = torch.nn.Linear(4, 3), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > {after}:
+            raise KeyboardInterrupt
+        return self.lin(x)
+
+def build():
+    return Net(), [TensorSpec("x", [Dim("batch"), 4])], [TensorSpec("y", [Dim("batch"), 3])]
+"""
+
+
+@pytest.mark.parametrize("after", [0, 1], ids=["at_once", "during_the_export"])
+def test_ctrl_c_is_one_line_and_exit_130(after, tmp_path):
+    (tmp_path / "interrupted_job.py").write_text(_INTERRUPTED.format(after=after))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = subprocess.run([sys.executable, "-m", "onnx_compat.cli", "export", "interrupted_job:build",
+                             "--out", str(out / "m.onnx")], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "onnx-compat: interrupted", result.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_every_verb_is_in_the_one_table_and_follows_the_exit_codes(capsys):
+    import importlib
+    from onnx_compat.cli import VERBS
+    for verb, module in VERBS.items():
+        loaded = importlib.import_module(module)
+        assert callable(loaded.add_parser) and callable(loaded.run), module
+        assert main([verb, "--no-such-option"]) == 2, verb
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"onnx-compat: usage error: onnx-compat {verb}: ") and len(err.splitlines()) == 1, err
+    assert main(["--help"]) == 0
+    helped = capsys.readouterr().out
+    assert all(verb in helped for verb in VERBS), helped
+
+
+def test_the_verbs_import_no_cli_above_them():
+    """quantization/ borrowed load_factory from the top CLI (an import circle through the pipeline); the shared
+    helpers now live below every CLI module, in ``cli_args.py``."""
+    code = ("import sys; import onnx_compat.quantization.cli, onnx_compat.streaming.cli, onnx_compat.verbs.export; "
+            "print(sorted(m for m in sys.modules if m == 'onnx_compat.cli'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
 def test_console_script_runs_as_a_process(tmp_path):

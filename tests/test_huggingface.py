@@ -210,8 +210,10 @@ def test_a_folder_without_config_is_refused(tmp_path, capsys):
     with pytest.raises(ConfigError, match="has no config.json") as info:
         from_pretrained_dir(tmp_path / "empty", "ctc")
     assert info.value.folder == str(tmp_path / "empty") and info.value.model_type is None
-    assert cli.main([f"hf:{tmp_path / 'empty'}", "--task", "ctc", "--out", str(out / "m.onnx")]) == 2
-    assert "ConfigError" in capsys.readouterr().err and _nothing_written(out)
+    assert cli.main([f"hf:{tmp_path / 'empty'}", "--task", "ctc", "--out", str(out / "m.onnx")]) == 1
+    err = capsys.readouterr().err  # a failed export (docs/cli.md): exit 1, the class name, one line
+    assert err.startswith("onnx-compat: ConfigError: ") and len(err.strip().splitlines()) == 1, err
+    assert _nothing_written(out)
 
 
 def test_an_uncovered_model_type_is_refused_with_the_covered_list(tmp_path):
@@ -220,6 +222,19 @@ def test_an_uncovered_model_type_is_refused_with_the_covered_list(tmp_path):
     with pytest.raises(UncoveredModelError) as info:
         from_pretrained_dir(tmp_path / "bert", "ctc")
     assert info.value.model_type == "bert" and "wav2vec2" in info.value.covered and "whisper" in str(info.value)
+    assert "onnx_compat.export()" in str(info.value), "the way that still works is named"
+
+
+def test_cli_hf_failures_exit_1_with_the_class_name(tmp_path, capsys):
+    T.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(
+        tmp_path / "bert")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert cli.main([f"hf:{tmp_path / 'bert'}", "--out", str(out / "m.onnx")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onnx-compat: UncoveredModelError: ") and "export()" in err and len(err.splitlines()) == 1
+    assert cli.main([f"hf:{tmp_path / 'bert'}", "--out", str(out / "m.onnx"), "--json", str(out / "no" / "r.json")]) == 2
+    assert "--json" in capsys.readouterr().err and _nothing_written(out)
 
 
 @pytest.mark.parametrize("model_type,saved,task,supported,message", [

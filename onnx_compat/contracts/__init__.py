@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
+from ..errors import ArgumentError
 from .base import Applied, Contract, ContractError, Finding
 from .rasr_contract import RASR
 from .consumers import ConsumerMismatch
@@ -25,7 +26,8 @@ def get_contract(name: str) -> Contract:
     elsewhere = _ENTRY_POINTS.get(name)
     if elsewhere:
         raise ContractError(name, [Finding("entry point", elsewhere, "export(...), which writes one graph")])
-    raise ValueError(f"unknown contract {name!r}; choose from {[c.name for c in CONTRACTS]}")
+    raise ArgumentError(f"unknown contract {name!r}; choose from {[c.name for c in CONTRACTS]}", argument="contract",
+                        value=name)
 
 
 # contracts of several graphs or of a stream: written by their own functions
@@ -62,7 +64,7 @@ def apply_contract(name: str, proto, inputs, outputs, *, vocabulary: Optional[Se
     ``Applied`` contract (``files`` to write beside the model, ``notes``, ``to_dict()`` for the report,
     ``verify_in_consumer``); raises ``ContractError`` listing every finding, with ``proto`` unchanged.
     """
-    from ._deps import set_metadata
+    from ..graph import set_metadata
     contract = check_specs(name, inputs, outputs)
     applied = contract.check(proto, vocabulary, metadata, options)
     set_metadata(proto, applied.metadata)

@@ -18,7 +18,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import onnx
 import torch
 
-from ._deps import OnnxCompatError, load, value_info
+from ..errors import OnnxCompatError
+from ..graph import load, value_info
 
 # Axis kinds in a port's layout: how the consumer feeds or reads that axis.
 BATCH = "batch"      # symbolic, or 1 (the consumer may feed one item at a time)

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from ..spec import forward_arguments
-from ._deps import OnnxCompatError, preserved
+from ..errors import OnnxCompatError
+from ..model_state import preserved
 
 
 class ConsumerMismatch(OnnxCompatError, RuntimeError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ._deps import check_rasr
+from .rasr import check_rasr
 from .base import Context, Contract, Finding
 from .native import NativeRasrConsumer
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
+from onnx_compat.errors import ArgumentError
 from onnx_compat.pipeline.files import content_hash
 from onnx_compat.pipeline.steps import Step
 from onnx_compat.quantization import check_request, finish_export
@@ -28,9 +29,11 @@ class QuantizeStep(Step):
 
     def before_capture(self, request) -> None:
         if not request.verify:
-            raise ValueError("quantize= writes a model proven against the float one: it needs verify=True")
+            raise ArgumentError("quantize= writes a model proven against the float one: it needs verify=True",
+                                argument="quantize", value=self.recipe)
         if request.spill:
-            raise ValueError("quantize= needs the weights in memory; the export spills them (external_data)")
+            raise ArgumentError("quantize= needs the weights in memory; the export spills them (external_data)",
+                                argument="quantize", value=self.recipe)
         subject = request.subject
         check_request(self.recipe, subject.inputs, subject.outputs, examples=self.examples, **self.options)
 

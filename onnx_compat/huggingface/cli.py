@@ -1,11 +1,10 @@
-"""``onnx-compat export hf:DIR --task TASK --out model.onnx``: the command line of ``export_pretrained``.
+"""``onnx-compat export hf:DIR --task TASK --out model.onnx``: what the ``export`` verb adds for checkpoint folders.
 
-``add_arguments`` adds ``--task`` (and ``--no-files``) to an ``export``
-parser and ``export_from_args`` runs an export whose source is ``hf:DIR``, so
-the main command line can hand ``hf:`` sources over. ``main(argv)`` is the
-same as a command of its own (``python -m onnx_compat.huggingface.cli hf:DIR
-...``): exit 0 on success, 2 for bad input (an ``HFError``: one line naming
-it), 1 for a failed export.
+``add_arguments`` adds ``--task`` (and ``--no-files``) to the ``export`` verb's
+parser and ``export_hf`` runs an export whose source is ``hf:DIR``; the verb
+(``onnx_compat/verbs/export.py``) checks every option first, as for a
+factory. ``python -m onnx_compat.huggingface.cli hf:DIR ...`` is the same as
+``onnx-compat export hf:DIR ...`` (the same parser, exit codes and messages).
 """
 from __future__ import annotations
 
@@ -13,9 +12,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from .errors import HFError  # noqa: F401 - the standalone main's exit code 2
-from .families import COVERED, TASK_NAMES
-from .job import export_pretrained
+from .families import TASK_NAMES
 
 PREFIX = "hf:"
 
@@ -32,72 +29,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hf:DIR only: do not copy config, preprocessor and tokenizer files beside the model")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The main command line's ``export`` verb (one definition of its options): ``hf:DIR`` and the rest."""
-    from onnx_compat.cli import export_parser  # the main CLI imports this module: import on use
-    parser = export_parser()
-    parser.description = ("Export a transformers checkpoint folder (hf:DIR) with lengths, verify it, write it and "
-                          f"its runtime files. Covered model types: {', '.join(COVERED)}.")
-    return parser
-
-
-def _pairs(items: Optional[List[str]], option: str, cast=str) -> dict:
-    out = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{option} takes KEY=VALUE, got {item!r}")
-        out[key] = cast(value)
-    return out
-
-
-def export_from_args(args: argparse.Namespace, examples=None, **extra):
-    """Export ``args.factory`` (``hf:DIR``) as the ``export`` options say; the ``Report``.
-
-    Options the parser at hand does not define keep ``export``'s defaults; ``extra`` are more
-    ``export`` arguments (the main CLI's progress, contract, vocabulary and quantize).
-    """
-    folder = args.factory[len(PREFIX):] if is_hf_source(args.factory) else args.factory
-    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    kwargs = dict(exporter=get("exporter", "auto"), sizes=_pairs(get("size"), "--size", int) or None,
-                  metadata=_pairs(get("metadata"), "--metadata"), opset=get("opset"), atol=get("atol", 1e-4),
-                  rtol=get("rtol", 1e-3), verify=not get("no_verify", False), strict=get("strict", False),
-                  rasr=get("rasr", False), target=get("target"), examples=examples)
-    for name, key in (("runtime", "runtimes"), ("external_data", "external_data")):
-        if get(name) is not None:
-            kwargs[key] = get(name)
-    kwargs.update({k: v for k, v in extra.items() if v is not None})
-    report = export_pretrained(folder, args.out, get("task"), copy_files=not get("no_files", False), **kwargs)
-    if get("json"):
-        report.to_json(args.json)
-    return report
+def export_hf(source: str, out: str, task: Optional[str], *, copy_files: bool = True, **export_kwargs):
+    """``export_pretrained`` of the folder ``source`` names (``hf:DIR``); the ``Report``."""
+    from .job import export_pretrained
+    folder = source[len(PREFIX):] if is_hf_source(source) else source
+    return export_pretrained(folder, out, task, copy_files=copy_files, **export_kwargs)
 
 
 def run(argv: Optional[List[str]] = None):
-    """Parse ``argv`` and export; the ``Report`` (errors raised)."""
-    return export_from_args(build_parser().parse_args(argv))
+    """``export hf:DIR ...`` without the verb; the ``Report`` (errors raised)."""
+    from onnx_compat.cli import _parser
+    from onnx_compat.verbs.export import export_from
+    return export_from(_parser("export").parse_args(["export", *(sys.argv[1:] if argv is None else argv)]))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    try:
-        report = run(argv)
-    except HFError as exc:
-        print(f"onnx-compat: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - one line for a pipeline's log
-        lines = str(exc).strip().splitlines()
-        print(f"onnx-compat: {type(exc).__name__}: {lines[0] if lines else ''}", file=sys.stderr)
-        return 1
-    print(report.summary())
-    print("files       " + (", ".join(report.files) or "none"))
-    return 0
-
-
-def command() -> None:
-    """``python -m onnx_compat.huggingface.cli``: ``main`` with the process tuned as a command's (``command.py``)."""
-    from onnx_compat.command import run_command
-    sys.exit(run_command(main))
+    """``onnx-compat export`` with ``argv`` after the verb: the one command line's exit codes."""
+    from onnx_compat.cli import main as cli_main
+    return cli_main(["export", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    command()
+    from onnx_compat.command import run_command
+    sys.exit(run_command(main))

@@ -17,7 +17,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from .. import export
+from ..api import export
+from ..pipeline.files import check_writable
 from ..spec import TensorSpec
 from . import families, files
 from .errors import ConfigError, FolderError, PreprocessorError, TaskError, UncoveredModelError, WeightsError
@@ -47,7 +48,10 @@ def from_pretrained_dir(folder, task: Optional[str] = None) -> HFJob:
     family = families.family_of(model_type)
     if family is None:
         raise UncoveredModelError(f"{folder}: model type {model_type!r} is not covered; covered: "
-                                  f"{', '.join(families.COVERED)}", covered=families.COVERED, folder=folder,
+                                  f"{', '.join(families.COVERED)}. Any model still exports from Python: load it "
+                                  "with transformers, declare its TensorSpecs and call onnx_compat.export() "
+                                  "(or write a factory for `onnx-compat export MODULE:FACTORY`)",
+                                  covered=families.COVERED, folder=folder,
                                   task=task, model_type=model_type)
     config = _load("config", folder, task, model_type)
     chosen = choose_task(family, model_type, task, getattr(config, "architectures", None), folder)
@@ -174,9 +178,8 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
     """
     job = from_pretrained_dir(folder, task)
     export_kwargs["metadata"] = {**job.metadata, **dict(export_kwargs.get("metadata") or {})}
-    destination = os.path.dirname(os.path.abspath(os.fspath(path)))
-    # a missing output folder is export()'s error to give, before anything is staged
-    copies = job.files if copy_files and os.path.isdir(destination) else []
+    destination = os.path.dirname(check_writable(path))  # before any runtime file is staged there
+    copies = job.files if copy_files else []
     others = files.foreign_files(copies, destination) if copies else []
     if others:
         raise FolderError(f"{destination} holds another model's runtime files ({', '.join(others)}): "

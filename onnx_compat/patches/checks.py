@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from onnx_compat.patches.registry import Patch, register
-from ._deps import torchscript_exporting
+from .when import torchscript_exporting
 from ._warning_site import said_at
 
 _SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from onnx_compat.patches.registry import Patch, register
-from ._deps import torchscript_exporting
+from .when import torchscript_exporting
 from ._warning_site import model_frame, said_at
 
 _MAX_VALUES = 4096

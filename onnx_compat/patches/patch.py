@@ -16,6 +16,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 import torch
 
 from onnx_compat import versions
+from onnx_compat.errors import PatchError
 
 from onnx_compat.patches import when
 from onnx_compat.patches.changes import Changes
@@ -68,13 +69,15 @@ class Patch:
 
     def __post_init__(self) -> None:
         if self.when not in when.WHEN:
-            raise ValueError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(when.WHEN)}")
+            raise PatchError(f"patch {self.name!r}: unknown when={self.when!r}; choose from {sorted(when.WHEN)}",
+                             patch=self.name)
         if not set(self.on_import) <= set(self.targets):
-            raise ValueError(f"patch {self.name!r}: on_import names targets it does not have: "
-                             f"{sorted(set(self.on_import) - set(self.targets))}")
+            raise PatchError(f"patch {self.name!r}: on_import names targets it does not have: "
+                             f"{sorted(set(self.on_import) - set(self.targets))}", patch=self.name)
         unknown = set(self.native) - {"dynamo", "torchscript"}
         if unknown:
-            raise ValueError(f"patch {self.name!r}: native= takes exporters 'dynamo'/'torchscript', not {sorted(unknown)}")
+            raise PatchError(f"patch {self.name!r}: native= takes exporters 'dynamo'/'torchscript', not {sorted(unknown)}",
+                             patch=self.name)
         self._active = when.WHEN[self.when]
         # the exporters of this torch that need no patch here: the gate calls straight through under them
         self._native = tuple(when.WHEN[e] for e, release in self.native.items() if versions.torch_at_least(release))

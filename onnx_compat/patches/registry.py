@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import wrapt
 
+from onnx_compat.errors import PatchError, PatchSelectionTypeError, PatchUnavailable
 from onnx_compat.patches import on_import, when
 from onnx_compat.patches.changes import Changes
 from onnx_compat.patches.patch import Patch, _resolve
@@ -33,11 +34,12 @@ def register(patch: Patch) -> Patch:
     """Add ``patch``; names and targets must be unique across the registry."""
     with _LOCK:
         if patch.name in _REGISTRY:
-            raise ValueError(f"a patch named {patch.name!r} is already registered")
+            raise PatchError(f"a patch named {patch.name!r} is already registered", patch=patch.name)
         for other in _REGISTRY.values():
             shared = set(other.targets) & set(patch.targets)
             if shared:
-                raise ValueError(f"patches {other.name!r} and {patch.name!r} both target {sorted(shared)}")
+                raise PatchError(f"patches {other.name!r} and {patch.name!r} both target {sorted(shared)}",
+                                 patch=patch.name)
         _REGISTRY[patch.name] = patch
     return patch
 
@@ -178,19 +180,20 @@ def _restore(patch: Patch) -> None:
 def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Tuple[str, ...]:
     _load_families()
     if isinstance(only, str) or isinstance(exclude, str):
-        raise TypeError("only= and exclude= take a list of patch names, not a string")
+        raise PatchSelectionTypeError("only= and exclude= take a list of patch names, not a string",
+                                      patch=only if isinstance(only, str) else exclude)
     only = None if only is None else list(only)
     known = list(_REGISTRY)
     for arg, names in (("only", only), ("exclude", exclude)):
         unknown = [n for n in (names or ()) if n not in _REGISTRY]
         if unknown:
-            raise ValueError(f"patched({arg}=...): unknown patch name(s) {unknown}; known: {known}")
+            raise PatchError(f"patched({arg}=...): unknown patch name(s) {unknown}; known: {known}", patch=unknown[0])
     if only is not None:
         chosen = [n for n in known if n in set(only)]
         for name in chosen:
             reason = _REGISTRY[name].unavailable()
             if reason:
-                raise RuntimeError(f"patch {name!r} is not available here: {reason}")
+                raise PatchUnavailable(f"patch {name!r} is not available here: {reason}", patch=name)
     else:
         chosen = [n for n in known if _REGISTRY[n].unavailable() is None]
     drop = set(exclude or ())
@@ -200,7 +203,7 @@ def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> 
         name = todo.pop()
         for dep in _REGISTRY[name].requires:
             if dep in drop:
-                raise ValueError(f"patched(): {name!r} needs {dep!r}, which exclude= removes")
+                raise PatchError(f"patched(): {name!r} needs {dep!r}, which exclude= removes", patch=dep)
             if dep not in needed:
                 needed.add(dep)
                 todo.append(dep)

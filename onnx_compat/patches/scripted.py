@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from onnx_compat.patches.registry import Patch, register
 from ._complex import ComplexPair
-from ._deps import torchscript_exporting
+from .when import torchscript_exporting
 
 
 # What tracing the Python would bake: a loop's trip count, or a tensor's value turned into a Python

@@ -33,7 +33,7 @@ import torch
 
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
-from ._deps import torchscript_exporting
+from .when import torchscript_exporting
 from ._static import static_ints
 
 

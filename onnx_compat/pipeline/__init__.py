@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
-from onnx_compat.errors import ExportError
+from onnx_compat.errors import ExportError, reraise_interrupt
 from onnx_compat.model_state import preserved
 from onnx_compat.pipeline import choose, stages
 from onnx_compat.pipeline.memory import PeakMemory
@@ -85,6 +85,7 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
             with preserved(request.model):  # each exporter traces the model as the user gave it
                 used = stages.attempt(strategy, request, spill, record)
         except Exception as exc:
+            reraise_interrupt(exc)  # Ctrl-C wrapped in another error stops the export; never a failed attempt
             found = stages.failed(exc, record, request, time.perf_counter() - t0)
             report.attempts.append(record)
             culprits += [found] if found else []
@@ -116,6 +117,7 @@ def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -
         with preserved(request.model):
             second = stages.attempt(other, request, spill, record)
     except Exception as exc:  # the first graph stays; the report says why the other was not used
+        reraise_interrupt(exc)
         stages.failed(exc, record, request, time.perf_counter() - t0)
         report.attempts.append(record)
         return used

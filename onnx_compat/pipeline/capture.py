@@ -23,7 +23,7 @@ import onnx
 import torch
 
 from onnx_compat import versions
-from onnx_compat.errors import CaptureError, DimSpecialized
+from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site
@@ -233,11 +233,12 @@ EXPORTERS = tuple(s.name for s in STRATEGIES)
 
 
 def strategy(name: str):
-    """The capture strategy called ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+    """The capture strategy called ``name``; an unknown name is an ``ArgumentError`` listing the known ones."""
     for s in STRATEGIES:
         if s.name == name:
             return s
-    raise ValueError(f"unknown exporter {name!r}; choose from {EXPORTERS + ('auto',)}")
+    raise ArgumentError(f"unknown exporter {name!r}; choose from {EXPORTERS + ('auto',)}", argument="exporter",
+                        value=name)
 
 
 def strategies_for(choice: str) -> Tuple:
@@ -263,7 +264,7 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
     chosen = strategy(exporter)
     why_not = chosen.unavailable()
     if why_not:
-        raise RuntimeError(why_not)
+        raise TargetError(why_not)
     request = Request(model, tuple(args), inputs, outputs, opset, weights, let_dims_specialize)
     captured = Captured()
     records: List[warnings.WarningMessage] = []
@@ -275,6 +276,7 @@ def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], i
                 try:
                     proto = chosen.capture(request, captured)
                 except Exception as exc:  # located while the same patches act
+                    reraise_interrupt(exc)  # Ctrl-C wrapped in an exporter's error stops the export
                     where = chosen.locate(exc, request)
                     raise CaptureError(chosen.name, error_line(exc), captured, **where) from exc
     finally:

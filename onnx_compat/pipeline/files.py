@@ -14,17 +14,20 @@ from typing import Callable, Optional
 
 import onnx
 
+from onnx_compat.errors import OutputPathError, WriteError
 
-def check_writable(path: str) -> str:
-    """The absolute target path; a clear error now rather than after a long export."""
+
+def check_writable(path: str, what: str = "the ONNX model") -> str:
+    """The absolute target path; a clear error now rather than after a long export. ``what``: the file's role,
+    for the message (the report, the float model)."""
     path = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(path)
     if os.path.isdir(path):
-        raise ValueError(f"cannot write the ONNX model to {path!r}: it is a directory")
+        raise OutputPathError(f"cannot write {what} to {path!r}: it is a directory", path=path)
     if not os.path.isdir(folder):
-        raise ValueError(f"cannot write the ONNX model to {path!r}: folder {folder!r} does not exist")
+        raise OutputPathError(f"cannot write {what} to {path!r}: folder {folder!r} does not exist", path=path)
     if not os.access(folder, os.W_OK):
-        raise ValueError(f"cannot write the ONNX model to {path!r}: folder {folder!r} is not writable")
+        raise OutputPathError(f"cannot write {what} to {path!r}: folder {folder!r} is not writable", path=path)
     return path
 
 
@@ -34,8 +37,8 @@ def check_room(path: str, needed: int) -> None:
     stats = os.statvfs(folder)
     free = stats.f_bavail * stats.f_frsize
     if needed > free:
-        raise ValueError(f"cannot write the ONNX model to {path!r}: its weights need {needed / 2**20:.1f} MiB "
-                         f"and folder {folder!r} has {free / 2**20:.1f} MiB free")
+        raise OutputPathError(f"cannot write the ONNX model to {path!r}: its weights need {needed / 2**20:.1f} MiB "
+                         f"and folder {folder!r} has {free / 2**20:.1f} MiB free", path=path)
 
 
 def content_hash(path: str) -> str:
@@ -76,7 +79,7 @@ def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[
         try:
             (save or onnx.save)(proto, tmp)
         except OSError as exc:
-            raise OSError(exc.errno, f"cannot write the ONNX model to {path!r}: {exc.strerror or exc}") from exc
+            raise WriteError(exc.errno, f"cannot write the ONNX model to {path!r}: {exc.strerror or exc}") from exc
         follow_umask(tmp)
         if before_rename is not None:
             before_rename()

@@ -13,7 +13,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 
 import torch
 
-from onnx_compat.errors import Culprit, TargetError
+from onnx_compat.errors import ArgumentError, Culprit, TargetError
 from onnx_compat.pipeline import capture, releases, weights
 from onnx_compat.pipeline.files import check_room, check_writable
 from onnx_compat.pipeline.steps import Step, checked
@@ -73,7 +73,7 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     Each step then checks what it needs (``Step.before_capture``), before a minute of exporting."""
     subject = Subject.build(model, inputs, outputs, examples=examples, sizes=sizes, seed=seed)
     if exporter != "auto":
-        capture.strategy(exporter)  # an unknown name is a ValueError naming the known ones
+        capture.strategy(exporter)  # an unknown name is an ArgumentError naming the known ones
     deploy = releases.parse_target(target) if target is not None else None
     if deploy is not None and opset is not None and opset > deploy.opset:
         raise TargetError(f"opset={opset} is newer than {deploy} implements")
@@ -81,8 +81,8 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     written = check_writable(path)
     size = weights.weight_bytes(model)
     if external_data is False and size >= weights.PROTOBUF_LIMIT:
-        raise ValueError(f"external_data=False: the weights ({size / 2**30:.2f} GiB) do not fit in one protobuf "
-                         "(2 GB); leave external_data at None or True")
+        raise ArgumentError(f"external_data=False: the weights ({size / 2**30:.2f} GiB) do not fit in one protobuf "
+                            "(2 GB); leave external_data at None or True", argument="external_data", value=False)
     check_room(written, size)
     # weights from 1 GiB on stay in a data file beside the graph (weights.py), removed unless written
     spill = external_data if external_data is not None else size >= weights.IN_MEMORY_LIMIT

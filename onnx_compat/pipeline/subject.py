@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from onnx_compat.errors import SpecError
+from onnx_compat.errors import ArgumentTypeError, SpecError
 from onnx_compat.model_state import preserved
 from onnx_compat.pipeline.adapter import IOAdapter, check_outputs, flatten
 from onnx_compat.spec import TensorSpec, check_examples, example_inputs, forward_arguments
@@ -24,7 +24,8 @@ def as_specs(specs, what: str) -> List[TensorSpec]:
     """One ``TensorSpec`` or a non-empty list of them, as a list."""
     specs = [specs] if isinstance(specs, TensorSpec) else list(specs or ())
     if not specs or not all(isinstance(s, TensorSpec) for s in specs):
-        raise TypeError(f"{what} must be a TensorSpec or a non-empty list of TensorSpec")
+        raise ArgumentTypeError(f"{what} must be a TensorSpec or a non-empty list of TensorSpec", argument=what,
+                                value=specs)
     return specs
 
 
@@ -53,7 +54,7 @@ class Subject:
     def build(cls, model: torch.nn.Module, inputs, outputs, *, examples=None,
               sizes: Optional[Mapping[str, int]] = None, seed: int = 0) -> "Subject":
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+            raise ArgumentTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}", argument="model")
         inputs, outputs = as_specs(inputs, "inputs"), as_specs(outputs, "outputs")
         names = [n for s in inputs + outputs for n in s.onnx_names]
         dupes = sorted({n for n in names if names.count(n) > 1})

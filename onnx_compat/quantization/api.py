@@ -27,7 +27,8 @@ import torch
 
 from ..spec import TensorSpec
 from . import exclusion, latency, measures as measures_mod, recipes, verify_approx
-from ._deps import Report, check_writable, content_hash, write_atomically
+from ..pipeline.files import check_writable, content_hash, write_atomically
+from ..pipeline.report import Report
 from .calibration import FeedsReader, calibration_feeds
 from .errors import QuantizationError, QuantizationWarning
 from .report import QuantReport

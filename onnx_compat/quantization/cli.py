@@ -1,16 +1,18 @@
 """``onnx-compat quantize MODEL.onnx FACTORY --recipe R --report REPORT.json [--out OUT]``.
 
-``add_parser(subparsers)`` adds the verb to the CLI's parser; ``run(args)``
-runs it and returns the exit code (0: written; a ``QuantizationError`` is
-raised for the CLI's one-line error and exit 1).
+``onnx_compat.cli``'s verb table names this module: ``add_parser(subparsers)``
+adds the verb, ``run(args)`` runs it and returns the exit code (0: written; a
+``QuantizationError`` is the CLI's one-line error and exit 1; a bad option a
+usage error, exit 2, before any work).
 """
 from __future__ import annotations
 
 import argparse
 
-from ._deps import load_examples, load_factory
+from onnx_compat.cli_args import load_examples, load_factory, pairs, readable, writable
+from onnx_compat.errors import UsageError
+
 from .api import EXCLUDE_LIMIT, quantize
-from .errors import QuantizationError
 from .measures import MEASURES
 from .recipes import NAMES
 
@@ -42,32 +44,25 @@ def _measures(items):
     for item in items:
         output, sep, name = item.partition("=")
         if not sep:
-            raise QuantizationError(f"--measure {item!r}: use NAME for every output or OUTPUT=NAME, not both",
-                                    measure=item)
+            raise UsageError(f"--measure {item!r}: use NAME for every output or OUTPUT=NAME, not both",
+                             option="--measure")
         per_output.setdefault(output, []).append(name)
     return per_output
 
 
-def _thresholds(items):
-    out = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            raise QuantizationError(f"--threshold {item!r}: expected MEASURE=NUMBER", measure=key or None) from None
-        if not sep or not key:
-            raise QuantizationError(f"--threshold {item!r}: expected MEASURE=NUMBER", measure=key or None)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    model, inputs, outputs, examples = load_factory(args.factory)
-    report = quantize(args.onnx, model, inputs, outputs, recipe=args.recipe, out=args.out,
-                      measures=_measures(args.measure), thresholds=_thresholds(args.threshold),
-                      examples=load_examples(args.examples) or examples, report=args.report,
-                      exclude_limit=args.exclude_limit)
-    if args.json:
-        report.to_json(args.json)
+    from onnx_compat.graph import load
+    out = writable(args.out or args.onnx, "--out", "the quantized model")  # default: beside MODEL.onnx
+    report_path = writable(args.json, "--json", "the report")
+    readable(args.report, "--report")
+    measures, thresholds = _measures(args.measure), pairs(args.threshold, "--threshold", float)
+    examples = load_examples(args.examples)
+    load(args.onnx)  # a missing or damaged model is named before the factory runs
+    model, inputs, outputs, factory_examples = load_factory(args.factory)
+    report = quantize(args.onnx, model, inputs, outputs, recipe=args.recipe, out=args.out and out,
+                      measures=measures, thresholds=thresholds, examples=examples or factory_examples,
+                      report=args.report, exclude_limit=args.exclude_limit)
+    if report_path:
+        report.to_json(report_path)
     print(report.summary())
     return 0

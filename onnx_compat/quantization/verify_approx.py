@@ -17,7 +17,7 @@ import torch
 from ..runtimes.compare import valid_mask
 from ..runtimes.session import open_session
 from ..spec import TensorSpec, dim_sizes, size_name
-from ._deps import Case, reference_cases
+from ..pipeline.verification import Case, reference_cases
 
 REFERENCES = ("float", "eager")  # the float ONNX model; the unpatched eager model
 

@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from onnx_compat.errors import RuntimeUnavailable
+from onnx_compat.errors import ArgumentTypeError, RuntimeUnavailable
 
 _PY_RUN = r"""
 import json, sys
@@ -163,5 +163,6 @@ def as_runtimes(runtimes: Sequence) -> List[Runtime]:
         elif isinstance(r, (str, os.PathLike)):
             out.append(python_runtime(os.fspath(r)))
         else:
-            raise TypeError(f"runtimes: expected interpreter paths, 'node:<folder>' or Runtime, got {r!r}")
+            raise ArgumentTypeError(f"runtimes: expected interpreter paths, 'node:<folder>' or Runtime, got {r!r}",
+                                    argument="runtimes", value=r)
     return out

@@ -20,8 +20,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 import onnx
 import torch
 
+from ..errors import ArgumentError, ArgumentTypeError, reraise_interrupt
 from ..spec import Dim, TensorSpec
-from ._deps import HAS_DYNAMO, Attempt, Report, check_writable, preserved
+from ..model_state import preserved
+from ..pipeline.files import check_writable
+from ..pipeline.report import Attempt, Report
+from ..versions import HAS_DYNAMO
 from .batch_axis import check_second_batch
 from .errors import StreamDrift, StreamingError, StreamMismatch
 from .metadata import streaming_metadata
@@ -35,7 +39,7 @@ from .verify_stream import Plan, chunk_at, make_stream, refuse_ignored, verify_s
 def _specs(specs, what: str) -> List[TensorSpec]:
     specs = [specs] if isinstance(specs, TensorSpec) else list(specs or ())
     if not all(isinstance(s, TensorSpec) for s in specs) or (what == "inputs" and not specs):
-        raise TypeError(f"{what} must be a TensorSpec or a list of TensorSpec")
+        raise ArgumentTypeError(f"{what} must be a TensorSpec or a list of TensorSpec", argument=what, value=specs)
     return specs
 
 
@@ -187,7 +191,8 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
     """
     t_start = time.perf_counter()
     if exporter not in ("auto", "dynamo", "torchscript"):
-        raise ValueError(f"unknown exporter {exporter!r}; choose from ('dynamo', 'torchscript', 'auto')")
+        raise ArgumentError(f"unknown exporter {exporter!r}; choose from ('dynamo', 'torchscript', 'auto')",
+                            argument="exporter", value=exporter)
     d = _declare(inputs, states, outputs, chunk, shift, right_context, time_axis, chunks)
     declared_contract = _declared_contract(contract, d, vocabulary)
     n_args = sum(1 for s in d.inputs for name in [s.arg] + [s.length_args.get(a) for a in s.lengths] if name is None)
@@ -213,6 +218,7 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
             try:
                 report = _attempt(name, job, written)
             except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
+                reraise_interrupt(exc)  # Ctrl-C is never an exporter that failed
                 if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch) \
                         or isinstance(exc, StreamDrift) or _contract_error(exc):  # the step's or the user's fault
                     raise
@@ -313,7 +319,7 @@ def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forw
 
 def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> Exception:
     """The stream's own error (with its culprit fields) when a graph was made; else the exporters' ``ExportError``."""
-    from onnx_compat import ExportError
+    from onnx_compat.errors import ExportError
     text = "; ".join(f"{a.exporter}: {a.error}" for a in attempts)
     first = next((f for f in failures if isinstance(f, StreamingError)), None)
     if first is None:
@@ -325,7 +331,8 @@ def _no_exporter(attempts: List[Attempt], failures: List[Exception]) -> Exceptio
 
 def _attempt(name: str, job: _Job, written: str) -> Report:
     """One exporter: the graph into a temporary folder beside ``written``, streamed, then renamed into place."""
-    from onnx_compat import describe, export
+    from onnx_compat.graph import describe
+    from onnx_compat.api import export
     d = job.declared
     with tempfile.TemporaryDirectory(prefix=".streaming-", dir=os.path.dirname(written)) as folder:
         tmp = os.path.join(folder, os.path.basename(written))

@@ -5,16 +5,16 @@ FACTORY is ``module:function``; the function returns a dict with ``step``,
 ``init_states``, ``chunk``, ``shift``, ``right_context``, ``none_first``,
 ``module`` (the bundled ``onnx_compat.models.streaming_conformer:streaming_job``
 and ``onnx_compat.models.lstm_encoder:streaming_job`` are examples).
-``onnx_compat.cli`` calls ``add_parser(subparsers)`` and, for the command
-``export-streaming``, ``run(args)``, which returns the exit code.
+``onnx_compat.cli``'s verb table names this module: ``add_parser(subparsers)``
+and ``run(args)``, which returns the exit code.
 """
 from __future__ import annotations
 
 import argparse
 
-from onnx_compat.factories import FactoryError, call_factory
-
-from .api import export_streaming
+from onnx_compat.cli_args import EXPORTERS, pairs, writable
+from onnx_compat.errors import FactoryError
+from onnx_compat.factories import call_factory
 
 REQUIRED = ("step", "inputs", "states", "outputs")
 OPTIONAL = ("full_forward", "init_states", "chunk", "shift", "right_context", "none_first", "module", "time_axis")
@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export-streaming", help="export a streaming step with its states, verify the stream")
     p.add_argument("factory", help="MODULE:FACTORY returning {step, inputs, states, outputs[, full_forward, ...]}")
     p.add_argument("--out", required=True, help="the .onnx file to write")
-    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
+    p.add_argument("--exporter", default="auto", choices=EXPORTERS)
     p.add_argument("--json", help="also write the report as JSON here")
     p.add_argument("--chunks", type=int, default=6, help="calls per verification stream (at least 5)")
     p.add_argument("--batch", type=int, action="append", help="a batch size to stream at (default: 1 and one more)")
@@ -47,23 +47,17 @@ def load_job(spec: str) -> dict:
     return job
 
 
-def _metadata(items) -> dict:
-    out = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise FactoryError(f"--metadata takes KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
+    from .api import export_streaming
+    out = writable(args.out, "--out", "the ONNX model")
+    report_path = writable(args.json, "--json", "the report")
+    metadata = pairs(args.metadata, "--metadata")
     job = load_job(args.factory)
-    report = export_streaming(job["step"], args.out, job["inputs"], job["states"], job["outputs"],
+    report = export_streaming(job["step"], out, job["inputs"], job["states"], job["outputs"],
                               exporter=args.exporter, chunks=args.chunks, batches=args.batch,
-                              max_drift=args.max_drift, metadata=_metadata(args.metadata), opset=args.opset,
+                              max_drift=args.max_drift, metadata=metadata, opset=args.opset,
                               atol=args.atol, rtol=args.rtol, **{k: job[k] for k in OPTIONAL if k in job})
-    if args.json:
-        report.to_json(args.json)
+    if report_path:
+        report.to_json(report_path)
     print(report.summary())
     return 0

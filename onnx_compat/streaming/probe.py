@@ -25,7 +25,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ..spec import Dim, TensorSpec
-from ._deps import flatten
+from ..pipeline.adapter import flatten
 from .errors import StreamingError
 from .python_reads import PythonRead, StateReads, named
 from .states import StateLayout

@@ -19,8 +19,9 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 
+from ..errors import ArgumentTypeError
 from ..spec import TensorSpec
-from ._deps import flatten
+from ..pipeline.adapter import flatten
 from .states import StateLayout
 
 
@@ -37,8 +38,8 @@ class StepModule(torch.nn.Module):
                  module: Optional[torch.nn.Module] = None) -> None:
         super().__init__()
         if not callable(step):
-            raise TypeError(f"step must be callable (a module or a method such as model.streaming_forward), "
-                            f"got {type(step).__name__}")
+            raise ArgumentTypeError(f"step must be callable (a module or a method such as model.streaming_forward), "
+                                    f"got {type(step).__name__}", argument="step")
         owner = owner_of(step) or module
         self.owner = owner  # registered: its weights are exported and preserved
         self._method = None if isinstance(step, torch.nn.Module) or owner_of(step) is None else step.__func__

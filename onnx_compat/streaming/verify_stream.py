@@ -22,7 +22,7 @@ import torch
 from ..runtimes.compare import closeness, degenerate
 from ..runtimes.session import open_session
 from ..spec import Dim, TensorSpec, make_inputs
-from ._deps import flatten
+from ..pipeline.adapter import flatten
 from .errors import StreamMismatch
 from .probe import run_step
 from .states import StateLayout

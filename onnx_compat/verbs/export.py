@@ -1,0 +1,90 @@
+"""``onnx-compat export FACTORY|hf:DIR --out model.onnx``: ``export()`` (or ``export_pretrained``) from the command line."""
+from __future__ import annotations
+
+import argparse
+
+from onnx_compat.cli_args import (EXPORTERS, LazyChoices, load_examples, load_factory, load_vocabulary, pairs,
+                                  progress_for, sizes_for, writable)
+from onnx_compat.errors import UsageError
+from onnx_compat.huggingface import cli as hf_cli
+
+RUNTIME_HELP = "verify in another runtime too: a venv's python, node:FOLDER with onnxruntime-node, or openvino"
+
+
+def _contracts():
+    from onnx_compat.contracts import CONTRACTS
+    return [c.name for c in CONTRACTS]
+
+
+def _recipes():
+    from onnx_compat.quantization.recipes import NAMES
+    return list(NAMES)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    e = sub.add_parser("export", help="export a model from a factory (or hf:DIR), verify it, write it")
+    e.add_argument("factory", help="MODULE:FACTORY, or hf:DIR for a transformers checkpoint folder")
+    e.add_argument("--out", required=True, help="the .onnx file to write")
+    e.add_argument("--exporter", default="auto", choices=EXPORTERS)
+    e.add_argument("--json", help="also write the report as JSON here (no progress lines then)")
+    e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    e.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
+    e.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
+    e.add_argument("--opset", type=int)
+    e.add_argument("--atol", type=float, default=1e-4)
+    e.add_argument("--rtol", type=float, default=1e-3)
+    e.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime check (not recommended)")
+    e.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
+    e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")
+    e.add_argument("--examples", help="real inputs: FILE.npz (one example) or FILE.pt (a dict or list of dicts)")
+    e.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
+    e.add_argument("--external-data", action="store_true", default=None,
+                   help="weights in OUT.data beside the graph (automatic from 1 GiB of weights; less memory)")
+    e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=RUNTIME_HELP)
+    e.add_argument("--contract", choices=LazyChoices(_contracts), metavar="NAME",
+                   help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding, ...")
+    e.add_argument("--vocabulary", help="the contract's tokens, one per line (blank included)")
+    e.add_argument("--quantize", choices=LazyChoices(_recipes), metavar="RECIPE",
+                   help="write an int8/float16 model, verified against the float one: int8-dynamic, int8-static, "
+                        "fp16, ... (the float model goes beside it)")
+    hf_cli.add_arguments(e)
+    return e
+
+
+def options(args: argparse.Namespace, progress) -> dict:
+    """The ``export()`` keywords the options give, each checked (an output path before any work)."""
+    return dict(exporter=args.exporter, metadata=pairs(args.metadata, "--metadata"), opset=args.opset,
+                atol=args.atol, rtol=args.rtol, verify=not args.no_verify, strict=args.strict, rasr=args.rasr,
+                target=args.target, runtimes=args.runtime or (), external_data=args.external_data,
+                progress=progress, contract=args.contract, vocabulary=load_vocabulary(args.vocabulary),
+                quantize=args.quantize)
+
+
+def export_from(args: argparse.Namespace):
+    """The export the parsed options ask for, every option checked before any work; the ``Report``."""
+    out = writable(args.out, "--out", "the ONNX model")
+    report_path = writable(args.json, "--json", "the report")
+    examples = load_examples(args.examples)
+    kwargs = options(args, progress_for(args))
+    if hf_cli.is_hf_source(args.factory):
+        report = hf_cli.export_hf(args.factory, out, args.task, copy_files=not args.no_files, examples=examples,
+                                  sizes=pairs(args.size, "--size", int) or None, **kwargs)
+    else:
+        for flag, given in (("--task", args.task), ("--no-files", args.no_files)):
+            if given:
+                raise UsageError(f"{flag} is for hf:DIR sources only", option=flag)
+        from onnx_compat.api import export
+        model, inputs, outputs, factory_examples = load_factory(args.factory)
+        report = export(model, out, inputs, outputs, sizes=sizes_for(args.size, inputs),
+                        examples=examples or factory_examples, **kwargs)
+    if report_path:
+        report.to_json(report_path)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    report = export_from(args)
+    print(report.summary())
+    if hf_cli.is_hf_source(args.factory):
+        print("files       " + (", ".join(report.files) or "none"))
+    return 0

@@ -1,0 +1,26 @@
+"""``onnx-compat repair MODEL.onnx --out FIXED.onnx``: int32 operands of int64 shape arithmetic cast, so it loads."""
+from __future__ import annotations
+
+import argparse
+
+from onnx_compat.cli_args import writable
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    r = sub.add_parser("repair", help="cast int32 operands of int64 shape arithmetic so the model loads")
+    r.add_argument("onnx")
+    r.add_argument("--out", required=True, help="the repaired .onnx file to write")
+    return r
+
+
+def run(args: argparse.Namespace) -> int:
+    from onnx_compat.graph import load
+    from onnx_compat.pipeline.files import write_atomically
+    from onnx_compat.pipeline.repair import repair_int_types
+    from onnx_compat.pipeline.verification import session
+    out = writable(args.out, "--out", "the repaired model")
+    fixed, done = repair_int_types(load(args.onnx, load_external_data=True))
+    session(fixed)  # loads now, or raises with ONNX Runtime's reason
+    write_atomically(fixed, out)
+    print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
+    return 0

@@ -1,0 +1,40 @@
+"""``onnx-compat verify MODEL.onnx FACTORY``: ``verify()`` from the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from onnx_compat.cli_args import load_examples, load_factory, readable, writable
+from onnx_compat.verbs.export import RUNTIME_HELP
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    v = sub.add_parser("verify", help="check an ONNX file against a factory's eager model")
+    v.add_argument("onnx")
+    v.add_argument("factory", help="MODULE:FACTORY")
+    v.add_argument("--atol", type=float, default=1e-4)
+    v.add_argument("--rtol", type=float, default=1e-3)
+    v.add_argument("--json", help="also write the results as JSON here")
+    v.add_argument("--examples", help="real inputs to verify too: FILE.npz or FILE.pt")
+    v.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=RUNTIME_HELP)
+    return v
+
+
+def run(args: argparse.Namespace) -> int:
+    from onnx_compat.graph import load
+    from onnx_compat.pipeline.verification import verify
+    readable(args.onnx, "onnx")
+    report_path = writable(args.json, "--json", "the results")
+    examples = load_examples(args.examples)
+    load(args.onnx)  # a damaged file is named now, not by ONNX Runtime's message
+    model, inputs, outputs, factory_examples = load_factory(args.factory)
+    results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol,
+                     examples=examples or factory_examples, runtimes=args.runtime or ())
+    if report_path:
+        with open(report_path, "w", encoding="utf-8") as fh:
+            json.dump([r.to_dict() for r in results], fh, indent=2)
+    for r in results:
+        where = f" in {r.runtime}" if r.runtime else ""
+        print(f"ok  {'example ' if r.example else ''}{r.sizes}{where}  "
+              + ", ".join(f"{o.name} max abs err {o.max_abs_err:.2e}" for o in r.outputs))
+    return 0
