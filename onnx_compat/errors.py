@@ -218,7 +218,9 @@ class ExportError(OnnxCompatError, RuntimeError):
 _ELSEWHERE = {
     **{name: "onnx_compat.huggingface.errors" for name in ("HFError", "ConfigError", "UncoveredModelError",
                                                             "TaskError", "PreprocessorError", "WeightsError")},
-    **{name: "onnx_compat.streaming.errors" for name in ("StreamingError", "StreamMismatch", "NotStreamable")},
+    **{name: "onnx_compat.streaming.errors" for name in ("StreamingError", "StreamMismatch", "StreamDrift",
+                                                          "NotStreamable")},
+    "GraphContractError": "onnx_compat.parts.errors",
     "QuantizationError": "onnx_compat.quantization.errors",
     "ContractError": "onnx_compat.contracts.base",
     "ConsumerMismatch": "onnx_compat.contracts.consumers",

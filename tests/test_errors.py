@@ -106,6 +106,22 @@ def test_errors_raised_by_public_calls_are_in_errors():
         assert getattr(errors, cls.__name__) is cls and cls.__name__ in errors.__all__
 
 
+def test_every_onnx_compat_error_class_in_the_package_is_in_errors():
+    """A new layer's error class that is not re-exported from ``onnx_compat.errors`` is found here."""
+    import pkgutil
+    for info in pkgutil.walk_packages(onnx_compat.__path__, "onnx_compat."):
+        if not info.name.startswith(("onnx_compat.models", "onnx_compat.demo")):
+            importlib.import_module(info.name)
+
+    def below(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from below(sub)
+    found = {c for c in below(OnnxCompatError) if c.__module__.startswith("onnx_compat.")}
+    missing = sorted(c.__name__ for c in found if getattr(errors, c.__name__, None) is not c)
+    assert missing == [], f"add to onnx_compat.errors: {missing}"
+
+
 def test_the_top_level_names_are_few_and_the_old_ones_still_import():
     assert len(onnx_compat.__all__) <= 25 and "OnnxCompatError" in onnx_compat.__all__
     assert "CaptureError" not in onnx_compat.__all__
