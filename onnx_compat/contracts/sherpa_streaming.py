@@ -187,7 +187,7 @@ def apply_streaming(contract: Contract, proto, states, window: int, shift: int, 
                     metadata: Optional[Dict[str, str]] = None):
     """Before writing: the graph against the contract, its metadata derived and set on ``proto``; returns ``Applied``
     (``files``: tokens.txt) or raises ``ContractError`` with ``proto`` unchanged."""
-    from ._deps import set_metadata
+    from ..graph import set_metadata
     options = {"states": list(states), "window_size": window, "chunk_shift": shift}
     applied = contract.check(proto, vocabulary, metadata, options)
     set_metadata(proto, applied.metadata)
