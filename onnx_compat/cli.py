@@ -35,6 +35,7 @@ VERBS = {
     "repair": "onnx_compat.verbs.repair",
     "export-streaming": "onnx_compat.streaming.cli",
     "quantize": "onnx_compat.quantization.cli",
+    "label-scorer": "onnx_compat.label_scorers.cli",
 }
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
