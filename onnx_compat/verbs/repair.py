@@ -17,10 +17,10 @@ def run(args: argparse.Namespace) -> int:
     from onnx_compat.graph import load
     from onnx_compat.pipeline.files import write_atomically
     from onnx_compat.pipeline.repair import repair_int_types
-    from onnx_compat.pipeline.verification import session
+    from onnx_compat.runtimes.session import open_session
     out = writable(args.out, "--out", "the repaired model")
     fixed, done = repair_int_types(load(args.onnx, load_external_data=True))
-    session(fixed)  # loads now, or raises with ONNX Runtime's reason
+    open_session(fixed)  # loads now, or raises with ONNX Runtime's reason
     write_atomically(fixed, out)
     print("\n".join(f"cast     {d}" for d in done) or "nothing to repair")
     return 0
