@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fuzz test-torch20 test-matrix test-runtimes runtimes native bench clean
+.PHONY: demo test test-fast test-fuzz test-torch20 test-matrix test-runtimes runtimes native bench bench-all clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q tests
+
+# A few files that touch every layer a little (patches, pipeline, CLI, docs, benchmarks index), under 2 minutes
+# with -n 2 on the project's machine: the lane to run while working; `make test` before landing.
+FAST := tests/test_padding.py tests/test_registry.py tests/test_spec.py tests/test_report.py tests/test_files.py \
+	tests/test_repair_inspect.py tests/test_testing.py tests/test_docs.py tests/test_benchmarks.py::test_the_benchmark_index_is_current
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -q $(FAST)
 
 # The larger property-based run of the conv patch (not in CI).
 test-fuzz: $(STAMP)
@@ -69,13 +76,13 @@ native: $(STAMP)
 test-runtimes: $(STAMP) runtimes
 	$(PY) -m pytest -q tests/test_targets.py
 
-# The benchmark tables of docs/benchmarks.md, measured and written in place (run alone: they are timings).
+# The benchmarks by cost class, from the one index (benchmarks/README.md, made by benchmarks/index.py from each
+# script's BENCHMARK header); each writes its table in place. Run them alone: they are timings.
 bench: $(STAMP)
-	$(PY) benchmarks/padding_paths.py --write docs/benchmarks.md
-	$(PY) benchmarks/eager_overhead.py --write docs/benchmarks.md
-	$(PY) benchmarks/export_cost.py --write docs/benchmarks.md
-	$(PY) benchmarks/op_tail.py --write docs/benchmarks.md
-	$(PY) benchmarks/spectral.py --write docs/benchmarks.md
+	$(PY) benchmarks/index.py --run fast
+
+bench-all: $(STAMP)
+	$(PY) benchmarks/index.py --run all
 
 clean:
 	$(MAKE) -C deploy/cpp clean

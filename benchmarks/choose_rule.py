@@ -41,6 +41,9 @@ from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: E402
 from onnx_compat.pipeline.choose import bookkeeping_share, worth_timing  # noqa: E402
 from onnx_compat.spec import make_inputs  # noqa: E402
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/benchmarks.md"}
+
 # the base models' structure at tiny width: 12 layers, the 7-conv feature encoder (more length arithmetic)
 _BASE_DEPTH = dict(num_hidden_layers=12, conv_dim=(16,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2),
                    conv_kernel=(10, 3, 3, 3, 3, 2, 2))

@@ -24,6 +24,9 @@ from onnx_compat.runtimes import RuntimeUnavailable, as_runtimes
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme_block import add_write_option, write_marked  # noqa: E402
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/deploying.md", "needs": "`make runtimes`"}
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = {
     "Conformer (tiny)": conformer.tiny,

@@ -27,6 +27,10 @@ from onnx_compat.huggingface import export_pretrained, families, from_pretrained
 from onnx_compat.spec import make_inputs, verification_sizes  # noqa: E402
 
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/huggingface.md"}
+
+
 def output_scale(path: str, job_inputs) -> float:
     """The largest absolute output value at the first verification shape: how much an error of 1e-7 means."""
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])

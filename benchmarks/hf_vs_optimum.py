@@ -45,6 +45,10 @@ from readme_block import add_write_option, write_marked  # noqa: E402
 
 from onnx_compat.huggingface import families, from_pretrained_dir, tiny  # noqa: E402
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/huggingface.md",
+             "needs": "an optimum venv (`--optimum-python`)"}
+
 # name: (model type, our task, optimum's task, optimum's file, transformers' reference class, output attribute)
 MODELS = {
     "wav2vec2 CTC": ("wav2vec2", "ctc", "automatic-speech-recognition", "model.onnx", "AutoModelForCTC", "logits"),

@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/op_tail.py [--only NAME ...] [--write docs/benchmarks.md]
 
-The cases are the test models of ``tests/test_ops.py`` (and LSTMP from
-``tests/test_recurrent.py``), exported at the same example sizes, vanilla and
+The cases are the op-tail table of ``onnx_compat/models/op_tail_cases.py`` (and LSTMP from
+``recurrent_cases.py``), which ``tests/test_ops.py`` asserts, exported at the same example sizes, vanilla and
 under ``patched()``, with both exporters, in one run. Eager code never sees the
 patches (``tests/test_ops.py`` checks it bit for bit), so the graph is the cost.
 """
@@ -16,16 +16,18 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_ops  # noqa: E402
-import test_recurrent  # noqa: E402
-from helpers import EXPORTERS  # noqa: E402
 from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
 from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
+from onnx_compat.models import op_tail_cases, recurrent_cases  # noqa: E402
 from onnx_compat.pipeline.capture import error_line  # noqa: E402
+from onnx_compat.testing import EXPORTERS  # noqa: E402
+
+
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "fast", "writes": "docs/benchmarks.md"}
 
 
 def _build_export_check(case):
@@ -33,8 +35,8 @@ def _build_export_check(case):
 
 
 def cases():
-    out = {case.name: _build_export_check(case) for case in test_ops.CASES}
-    out["lstm_proj_size"] = _build_export_check(test_recurrent._case(("LSTM", 2, True, True, False), proj=3))
+    out = {case.name: _build_export_check(case) for case in op_tail_cases.CASES}
+    out["lstm_proj_size"] = _build_export_check(recurrent_cases.LSTMP)
     return out
 
 

@@ -26,6 +26,10 @@ from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
 from onnx_compat.patches._padding import is_symmetric, same_pads  # noqa: E402
 
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "fast", "writes": "docs/benchmarks.md"}
+
+
 def stack(rank, channels, kernel, dilation, depthwise, layers):
     conv = (nn.Conv1d, nn.Conv2d)[rank - 1]
     mods = []

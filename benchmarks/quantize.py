@@ -45,6 +45,10 @@ from onnx_compat.quantization import RECIPE_NAMES, QuantizationError, quantize  
 from onnx_compat.spec import Dim, make_inputs  # noqa: E402
 
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/quantize.md"}
+
+
 def models(tiny: bool):
     """(label, factory, deployment sizes, measures)."""
     rows = [

@@ -1,6 +1,6 @@
 """Each rewrite on its own in ONNX Runtime: the patched graph with each exporter against the unpatched one.
 
-The cases are ``benchmarks/op_tail.py``'s (the models of ``tests/test_ops.py``
+The cases are ``benchmarks/op_tail.py``'s (the table of ``onnx_compat/models/op_tail_cases.py``
 and an LSTMP), exported at the tests' example sizes and timed at a larger one.
 The patched graph is cleaned as the pipeline writes it after TorchScript (and
 after dynamo when it holds LSTM/GRU); every graph is checked against eager at
@@ -17,15 +17,16 @@ from typing import Dict, List, Optional
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import op_tail  # noqa: E402
-import test_ops  # noqa: E402
-import test_recurrent  # noqa: E402
 from latency_timing import clock_for, eager_call, interleaved_medians, ort_call  # noqa: E402
 
 import onnx_compat  # noqa: E402
 from onnx_compat.pipeline.capture import HAS_DYNAMO  # noqa: E402
+from onnx_compat.models import op_tail_cases, recurrent_cases  # noqa: E402
 from onnx_compat.pipeline.cleanup import cleanup  # noqa: E402
+
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": None}
 
 EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
 QUICK = ["adaptive_avg_pool1d"]
@@ -44,8 +45,8 @@ REWRITE = {
 def _timing_args(name: str):
     """The case's own inputs (its ``PatchCase``), at a size worth timing."""
     if name == "lstm_proj_size":
-        return test_recurrent._inputs(4, 400, 0)
-    case = next(c for c in test_ops.CASES if c.name == name)
+        return recurrent_cases.inputs(4, 400, 0)
+    case = next(c for c in op_tail_cases.CASES if c.name == name)
     if name == "length_regulator":
         return case.inputs(2, 400, 0)
     return case.inputs(4, 160 if 2 in case.dynamic.get(0, {}) else 400, 0)  # images: height and width

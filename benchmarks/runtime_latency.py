@@ -12,7 +12,7 @@ at batch 4 and ``--scale`` times the example's other dims, with one thread
 with each library's default (one per core). Figures are ratios to our
 TorchScript export in the same rounds; the machine's load is printed with
 them. A second table does the same for the rewrites one by one (the op-tail
-cases of ``tests/test_ops.py`` and an LSTMP): the patched graph with each
+cases of ``onnx_compat/models/op_tail_cases.py`` and an LSTMP): the patched graph with each
 exporter (cleaned, as the pipeline writes it) against the unpatched one where
 that one is right. ``--quick``: one small model, one rewrite, 3 rounds.
 """
@@ -39,6 +39,9 @@ from onnx_compat.pipeline.adapter import IOAdapter  # noqa: E402
 from onnx_compat.pipeline.capture import HAS_DYNAMO, error_line  # noqa: E402
 from onnx_compat.pipeline.vanilla import export_proto  # noqa: E402
 from onnx_compat.spec import dim_sizes, forward_arguments, make_inputs  # noqa: E402
+
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/benchmarks.md"}
 
 EXPORTERS = ["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]
 QUICK = ["onnx_compat conv demo"]

@@ -1,4 +1,4 @@
-"""Which opset and IR version each ONNX Runtime release loads, measured: the source of ``onnx_compat/targets.py``.
+"""Which opset and IR version each ONNX Runtime release loads, measured: the source of ``pipeline/releases.py``.
 
     .venv/bin/python benchmarks/runtime_support.py [--versions 1.16.3 1.17.3 ...] [--python PY]
 
@@ -8,7 +8,7 @@ interpreter with numpy < 2 (old releases are built against numpy 1; the
 torch 2.0 venv of ``make test-torch20`` has one). A one-node model (``Add``)
 stamped with each opset and IR version is loaded; the highest of each that
 loads is the release's row. Prints the table as the Python literal
-``targets.py`` holds.
+``releases.py`` holds.
 """
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ import tempfile
 
 import onnx
 from onnx import TensorProto, helper
+
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": None,
+             "needs": "ONNX Runtime releases from the registry and a numpy<2 interpreter"}
 
 RELEASES = ["1.15.1", "1.16.3", "1.17.3", "1.18.1", "1.19.2", "1.20.1", "1.21.1", "1.22.1", "1.23.2", "1.24.4",
             "1.25.1", "1.26.0", "1.27.0", "1.28.0", "1.29.0", "1.30.0", "1.31.1", "1.32.0"]

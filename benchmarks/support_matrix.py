@@ -24,6 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme_block import add_write_option, write_marked  # noqa: E402
 import xml.etree.ElementTree as ET
 
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/compatibility.md",
+             "needs": "`make test-matrix` (one venv per torch release)"}
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUNDLED = ["onnx_compat Conformer (tiny)", "onnx_compat BLSTM"]

@@ -8,6 +8,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
 import eager_overhead  # noqa: E402
 import export_cost  # noqa: E402
+import index  # noqa: E402
 import padding_paths  # noqa: E402
 import readme_block  # noqa: E402
 import zoo_report  # noqa: E402
@@ -32,8 +33,14 @@ def test_padding_paths_smoke(capsys):
     assert "| stack |" in capsys.readouterr().out
 
 
-def test_eager_overhead_smoke():
-    assert eager_overhead.main(["--tiny"]) > 0
+def test_eager_overhead_smoke(tmp_path):
+    """The ratio it returns is the one it writes, in its block, for the model and sizes it says."""
+    page = tmp_path / "benchmarks.md"
+    page.write_text("intro\n<!-- eager-overhead -->\nold\n<!-- /eager-overhead -->\n")
+    ratio = eager_overhead.main(["--tiny", "--write", str(page)])
+    text = page.read_text()
+    assert "old" not in text and "Conformer 2 blocks, B=4, T=40" in text, text
+    assert f"**{ratio:.3f}x**" in text and 0 < ratio < float("inf"), text
 
 
 @pytest.mark.skipif(not versions.torch_at_least("2.1"),
@@ -89,6 +96,15 @@ def test_deploy_table_smoke(capsys):
     assert "left out: runtime interpreter '/nonexistent/python' cannot be started" in out and "| BLSTM |" in out
 
 
+def test_quantize_smoke(capsys):
+    """benchmarks/quantize.py at its tiny size (not timed)."""
+    import quantize as bench
+    rows = bench.main(["--tiny", "--runs", "1", "--recipes", "int8-dynamic"])
+    assert [r[1] for r in rows] == ["float", "int8-dynamic"] * 3
+    assert all(r[2] != "-" for r in rows), [r for r in rows if r[2] == "-"]
+    assert "| model | recipe |" in capsys.readouterr().out
+
+
 def test_model_size_smoke():
     import model_size
     row = model_size.measure("tiny", "torchscript", "pipeline")
@@ -139,3 +155,28 @@ def test_a_page_without_the_block_is_refused_and_told_where_it_is(tmp_path):
     with pytest.raises(SystemExit, match=expected):
         readme_block.write_marked(str(page), "| table |", "export-cost")
     assert page.read_text() == "no tables here\n"
+
+
+def test_the_benchmark_index_is_current():
+    """benchmarks/README.md is what benchmarks/index.py makes from the scripts' headers (every script has one
+    or is a named helper: index() raises naming the script otherwise)."""
+    with open(index.README, encoding="utf-8") as f:
+        assert f.read() == index.render(index.index()), "benchmarks/README.md is stale: run benchmarks/index.py --write"
+
+
+def test_each_header_names_the_page_its_write_option_names():
+    declared = {s.path: s.writes for s in index.index() if s.cost}
+    for script, name, page in _written_tables():
+        assert declared[script] == page, f"{script}: BENCHMARK says it writes {declared[script]}, --write says {page}"
+    assert {s.cost for s in index.index() if s.cost} == {"fast", "slow"}
+
+
+def test_a_script_without_a_header_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "new_bench.py").write_text('"""Measures something."""\nprint(1)\n')
+    monkeypatch.setattr(index, "HERE", str(tmp_path))
+    with pytest.raises(ValueError, match="new_bench.py: neither a BENCHMARK header"):
+        index.index()
+    (tmp_path / "new_bench.py").write_text('"""Measures something."""\nBENCHMARK = {"cost": "quick"}\n')
+    with pytest.raises(ValueError, match="cost in"):
+        index.index()

@@ -224,17 +224,6 @@ def test_measures_mask_padding_and_decode_ctc():
     assert picked[0].threshold == 30 and picked[1].blank == 4
 
 
-def test_benchmark_smoke(capsys):
-    """benchmarks/quantize.py at its tiny size, so it cannot rot (not timed)."""
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    import quantize as bench
-    rows = bench.main(["--tiny", "--runs", "1", "--recipes", "int8-dynamic"])
-    assert [r[1] for r in rows] == ["float", "int8-dynamic"] * 3
-    assert all(r[2] != "-" for r in rows), [r for r in rows if r[2] == "-"]
-    assert "| model | recipe |" in capsys.readouterr().out
-
-
 def test_exclusion_that_leaves_the_float_model_is_refused(exported, tmp_path):
     """The BLSTM's int8-dynamic quantizes one MatMul; asked for more SNR than it gives, exclusion takes that
     MatMul out, which leaves the float model: an error, not a renamed copy of the float model."""

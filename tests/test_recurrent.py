@@ -2,7 +2,6 @@
 ONNX Runtime against the unpatched eager model at new B and T (B=1 too)."""
 import os
 
-import numpy as np
 import onnx
 import torch
 from torch import nn
@@ -14,57 +13,10 @@ from onnx_compat import export as pipeline_export
 from onnx_compat import versions
 from onnx_compat.models import blstm
 from onnx_compat.patches.recurrent import DYNAMO_WRITES_RNN
-from onnx_compat.testing import GRAD_MODES, PatchCase, patch_case_tests
+from onnx_compat.models.recurrent_cases import F_IN, HIDDEN, case as _case, inputs as _inputs
+from onnx_compat.testing import patch_case_tests
 
 from helpers import needs_dynamo
-
-F_IN, HIDDEN = 6, 5
-
-
-class Recurrent(nn.Module):
-    """x [B, T, F] -> (y [B, T, D*H], h_n[, c_n]); time-first layers get x transposed."""
-
-    def __init__(self, mode, layers, bidirectional, batch_first, initial_state, packed=False, proj=0):
-        super().__init__()
-        self.mode, self.batch_first, self.initial, self.packed = mode, batch_first, initial_state, packed
-        cls = nn.LSTM if mode == "LSTM" else nn.GRU
-        extra = {"proj_size": proj} if proj else {}
-        self.rnn = cls(F_IN, HIDDEN, layers, batch_first=batch_first, bidirectional=bidirectional, **extra)
-        self.states = layers * (2 if bidirectional else 1)
-        self.init = nn.Linear(F_IN, HIDDEN)
-        self.proj = proj
-
-    def forward(self, x, lengths):
-        hx = None
-        if self.initial:  # states computed from the input: batch-dependent
-            c0 = torch.tanh(self.init(x.mean(1)))[None].expand(self.states, -1, -1).contiguous()
-            h0 = c0[..., :self.proj] if self.proj else c0  # LSTMP: h has the projected width
-            hx = (h0, 0.5 * c0) if self.mode == "LSTM" else h0
-        seq = x if self.batch_first else x.transpose(0, 1)
-        if self.packed:
-            seq = pack_padded_sequence(seq, lengths.cpu(), batch_first=self.batch_first, enforce_sorted=False)
-        y, state = self.rnn(seq, hx)
-        if self.packed:
-            y, _ = pad_packed_sequence(y, batch_first=self.batch_first, total_length=x.shape[1])
-        y = y if self.batch_first else y.transpose(0, 1)
-        y = y.reshape(y.shape[0], y.shape[1], -1)  # a shape use after the RNN
-        states = state if self.mode == "LSTM" else (state,)
-        return (y,) + tuple(s.transpose(0, 1).reshape(x.shape[0], -1) for s in states)
-
-
-def _inputs(B, T, seed):
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(max(1, T // 2), T + 1, (B,), generator=g)
-    lengths[0] = T
-    return torch.randn(B, T, F_IN, generator=g), lengths
-
-
-def _padded_frames_are_zero(got, expected, inputs):
-    """As pad_packed_sequence gives them (a batch with a shorter sequence only)."""
-    lengths = inputs[1]
-    if len(lengths) > 1:
-        assert lengths[1] < len(got[0][1]) and np.all(got[0][1, int(lengths[1]):] == 0), "padded frames are not 0"
-
 
 def _rnn_op_with_dynamic_time(proto, exporter):
     if exporter == "dynamo":
@@ -80,20 +32,6 @@ def _a_loop_over_time(proto, exporter):
 def _needs_rnn_dynamic_time(exporter):
     reason = onnx_compat.unavailable_patches().get("rnn_dynamic_time")
     return f"rnn_dynamic_time needs a newer torch here: {reason}" if reason else None
-
-
-def _name(mode, layers, bidirectional, batch_first, initial_state, packed=False, proj=0):
-    return "_".join([mode.lower() + ("p" if proj else ""), str(layers), "bi" if bidirectional else "uni",
-                     "batch_first" if batch_first else "time_first"] + ["h0"] * initial_state + ["packed"] * packed)
-
-
-def _case(config, packed=False, proj=0, **options):
-    """``config``: (mode, layers, bidirectional, batch_first, initial_state)."""
-    if packed:
-        options.setdefault("also", _padded_frames_are_zero)
-    return PatchCase(_name(*config, packed=packed, proj=proj), lambda: Recurrent(*config, packed=packed, proj=proj),
-                     _inputs, {0: {0: "batch", 1: "time"}, 1: {0: "batch"}}, sizes=((1, 23), (4, 50), (2, 9)),
-                     grad_mode=GRAD_MODES["grad"], **options)  # exported with autograd on, as a training script does
 
 
 # (mode, layers, bidirectional, batch_first, initial_state): every option in some case

@@ -4,6 +4,7 @@ import os
 import sys
 
 import onnx
+import pytest
 from onnx import helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
@@ -50,13 +51,16 @@ def test_slower_lists_our_graph_beyond_the_margin_with_its_ops():
 
 
 def test_interleaved_medians_times_every_contender_in_every_round():
-    calls = {"a": 0, "b": 0}
+    """A fake clock that each call advances by its contender's cost: the medians are exactly those costs."""
+    calls, now = {"a": 0, "b": 0}, [0.0]
 
-    def count(name):
+    def costing(name, seconds):
         def fn():
             calls[name] += 1
+            now[0] += seconds
         return fn
 
-    medians = latency_timing.interleaved_medians({"a": count("a"), "b": count("b")}, rounds=4, block_seconds=0.0)
-    assert set(medians) == {"a", "b"} and all(m >= 0 for m in medians.values())
+    medians = latency_timing.interleaved_medians({"a": costing("a", 0.003), "b": costing("b", 0.005)}, rounds=4,
+                                                 block_seconds=0.0, clock=lambda: now[0])
+    assert medians == pytest.approx({"a": 0.003, "b": 0.005})
     assert calls == {"a": 2 + 4, "b": 2 + 4}  # two calls to size the block (0 s: one call each), then one a round

@@ -3,8 +3,8 @@ the third-party library writes it, exported by both exporters with and without `
 
 Needs only torch, onnx, onnxruntime and onnx_compat (the test env will do):
 
-    python benchmarks/sweep_repros.py                 # every pattern, a line per exporter
-    python benchmarks/sweep_repros.py --only fold     # those whose name contains "fold"
+    python benchmarks/sweep/sweep_repros.py                 # every pattern, a line per exporter
+    python benchmarks/sweep/sweep_repros.py --only fold     # those whose name contains "fold"
 
 Each export is at B=3/T=37 with ``batch`` and ``time`` dynamic; the check is ONNX Runtime against
 eager at B=1/T=23 (T=53 for the cache pattern, which breaks only past the length it cached). ``docs/sweep.md`` says which models each pattern stops.
@@ -29,6 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import onnx_compat
+
+
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": None}
 
 
 @dataclass(frozen=True)

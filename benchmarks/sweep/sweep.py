@@ -2,25 +2,12 @@
 five ways (vanilla TorchScript and dynamo, both again under ``onnx_compat.patched()``, and
 ``onnx_compat.export(exporter="auto")``), one subprocess per model with a timeout.
 
-Not part of CI: it needs the libraries of ``sweep_models.py`` beside torch, in a scratch venv:
+Not part of CI: it needs the libraries of ``sweep_models.py`` beside torch, in a scratch venv that
+``make_env.sh`` (beside this file) builds:
 
-    python3 -m venv /work/scratch/sweep/venv && V=/work/scratch/sweep/venv/bin
-    $V/pip install torch==2.13.0                      # the local CPU wheel
-    $V/pip install onnx==1.23.2 onnxruntime==1.32.0 onnxscript==0.7.2 onnx-ir==1.1.0 numpy==2.4.6 \\
-        ml-dtypes==0.6.0 protobuf==7.36.2 wrapt==2.5.2
-    $V/pip install --no-deps -e .                     # onnx_compat from this checkout
-    $V/pip install --no-deps asteroid asteroid-filterbanks julius encodec descript-audio-codec \\
-        descript-audiotools snac vocos torchcrepe nnaudio torchlibrosa x-transformers local-attention \\
-        rotary-embedding-torch speechbrain torchaudio demucs openunmix bs-roformer openai-whisper \\
-        vector-quantize-pytorch bigvgan pytorch-tcn einops einx hyper-connections torch-einops-utils \\
-        PoPE-pytorch tensorboard randomname argbind docstring-parser importlib-resources
-    $V/pip install -c <(echo torch==2.13.0) soundfile flatten-dict pyyaml librosa loguru tqdm beartype \\
-        frozendict matplotlib hyperpyyaml sentencepiece huggingface_hub scipy joblib resampy ffmpy \\
-        tiktoken rich absl-py markdown grpcio
-    rm <venv>/lib/python3.11/site-packages/torchaudio/lib/*.so   # its pure-Python models import without them
-
-    taskset -c 1 $V/python benchmarks/sweep.py --write docs/sweep.md --json docs/sweep.json
-    $V/python benchmarks/sweep.py --only julius_lowpass --steps vanilla_ts,auto   # a quick look at one model
+    benchmarks/sweep/make_env.sh /work/scratch/sweep/venv && V=/work/scratch/sweep/venv/bin
+    taskset -c 1 $V/python benchmarks/sweep/sweep.py --write docs/sweep.md --json docs/sweep.json
+    $V/python benchmarks/sweep/sweep.py --only julius_lowpass --steps vanilla_ts,auto   # a quick look at one model
 
 ``--only`` runs models whose name contains the text; a model whose library is not installed
 shows as "does not build". The patterns are named by ``sweep_patterns.py`` from each error.
@@ -38,6 +25,10 @@ import tempfile
 import time
 from collections import Counter
 from typing import Dict, List
+
+# the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
+BENCHMARK = {"cost": "slow", "writes": "docs/sweep.md", "needs": "`benchmarks/sweep/make_env.sh`",
+             "args": ["--write", "docs/sweep.md", "--json", "docs/sweep.json"]}
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -218,7 +209,7 @@ def render(rows: List[dict], seconds: float) -> str:
         "`export(auto)`: `ok (exporter)` when `onnx_compat.export` verified a model.",
         "### Patterns by models stopped", ranking(rows),
         "### Every error", errors_table(rows),
-        f"Made by `benchmarks/sweep.py` (`--write`, `--json`; parallel workers joined with `--merge`) on "
+        f"Made by `benchmarks/sweep/sweep.py` (`--write, `--json`; parallel workers joined with `--merge`) on "
         f"{machine()}; the steps took {seconds / 60:.0f} min in all.",
         "<!-- sweep:end -->"])
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The sweep's environment: torch and ONNX pinned as in constraints.txt, onnx_compat from this checkout, and the
+# third-party audio/speech libraries of sweep_models.py beside them. A scratch venv, never the project's .venv
+# (the libraries would pull another torch; --no-deps keeps the pinned one).
+#
+#   benchmarks/sweep/make_env.sh [VENV]        # default /work/scratch/sweep/venv
+#   VENV/bin/python benchmarks/sweep/sweep.py --only julius_lowpass --steps vanilla_ts,auto
+set -euo pipefail
+VENV=${1:-/work/scratch/sweep/venv}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PYTHON=${PYTHON:-python3}
+
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+V="$VENV/bin"
+"$V/pip" install -q torch==2.13.0
+"$V/pip" install -q onnx==1.23.2 onnxruntime==1.32.0 onnxscript==0.7.2 onnx-ir==1.1.0 numpy==2.4.6 \
+    ml-dtypes==0.6.0 protobuf==7.36.2 wrapt==2.5.2
+"$V/pip" install -q --no-deps -e "$ROOT"
+"$V/pip" install -q --no-deps asteroid asteroid-filterbanks julius encodec descript-audio-codec \
+    descript-audiotools snac vocos torchcrepe nnaudio torchlibrosa x-transformers local-attention \
+    rotary-embedding-torch speechbrain torchaudio demucs openunmix bs-roformer openai-whisper \
+    vector-quantize-pytorch bigvgan pytorch-tcn einops einx hyper-connections torch-einops-utils \
+    PoPE-pytorch tensorboard randomname argbind docstring-parser importlib-resources
+"$V/pip" install -q -c <(echo torch==2.13.0) soundfile flatten-dict pyyaml librosa loguru tqdm beartype \
+    frozendict matplotlib hyperpyyaml sentencepiece huggingface_hub scipy joblib resampy ffmpy \
+    tiktoken rich absl-py markdown grpcio
+# torchaudio's compiled extensions are built for another torch; its pure-Python models import without them
+rm -f "$VENV"/lib/python3.*/site-packages/torchaudio/lib/*.so
+echo "sweep environment ready: $VENV"

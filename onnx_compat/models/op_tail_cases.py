@@ -1,0 +1,163 @@
+"""The op-tail cases: one small model per op the single-op patches handle, each a ``PatchCase`` row with
+how the unpatched export goes wrong. One table for both sides: ``tests/test_ops.py`` asserts each row
+(patched export against the unpatched eager model, the vanilla failure where it happens), and
+``benchmarks/op_tail.py`` / ``rewrite_latency.py`` measure the same graphs; neither imports the other."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+
+from onnx_compat.patches.registry import steps_aside
+from onnx_compat.testing import PatchCase
+
+D = 8
+
+
+class Pointwise(nn.Module):
+    """One op on [B, T, D]; ``op`` is looked up at call time, as user code does."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x):
+        if self.op == "expm1":
+            return torch.expm1(x) + (0.001 * x).expm1() * 1000.0  # small arguments too
+        if self.op == "unfold":
+            return x.unfold(1, 5, 2).sum(-1) + x.transpose(1, 2).unfold(2, 4, 3).mean(-1).transpose(1, 2)[:, :1]
+        if self.op == "cumsum_bool":
+            return (x > 0).cumsum(1).to(x.dtype) * x + torch.cumsum(x < -1, dim=2)
+        if self.op == "diff":  # position ids from masks, as transformers' masking utilities compute them
+            return torch.diff(x, dim=1, prepend=x[:, :1]) + x.diff(n=2, dim=2, append=x[:, :, :2])
+        if self.op == "adaptive_avg":
+            return F.adaptive_avg_pool1d(x.transpose(1, 2), 5).transpose(1, 2)
+        if self.op == "adaptive_max":
+            return F.adaptive_max_pool1d(x.transpose(1, 2), 7).transpose(1, 2)
+        raise ValueError(self.op)
+
+
+class Norms(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        if kind == "rms_norm":
+            self.norm = nn.RMSNorm(D)
+            nn.init.normal_(self.norm.weight)
+        elif kind == "instance_norm":
+            self.norm = nn.InstanceNorm1d(D, affine=True, track_running_stats=True)
+            self.norm.running_mean.normal_()
+            self.norm.running_var.uniform_(0.5, 2.0)
+        else:
+            self.norm = nn.utils.parametrizations.spectral_norm(nn.Conv1d(D, D, 3, padding=1))
+
+    def forward(self, x):
+        if self.kind == "rms_norm":
+            return self.norm(x) + F.rms_norm(x, (D,), eps=1e-3)
+        return self.norm(x.transpose(1, 2)).transpose(1, 2)
+
+
+class Pool2d(nn.Module):
+    """Pyramid pooling heads over an image-like [B, 3, T, D] view."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((4, None)) if kind == "avg" else nn.AdaptiveMaxPool2d((6, 3))
+
+    def forward(self, x):
+        return self.pool(torch.stack([x, x.sin(), x.cos()], 1)).flatten(1)
+
+
+class Antialias(nn.Module):
+    def __init__(self, mode, **kwargs):
+        super().__init__()
+        self.mode, self.kwargs = mode, kwargs
+
+    def forward(self, x):
+        return F.interpolate(x, mode=self.mode, antialias=True, **self.kwargs)
+
+
+class LengthRegulator(nn.Module):
+    """FastSpeech-style: each frame repeated by its duration, utterances padded to the longest."""
+
+    def forward(self, x, durations):
+        return pad_sequence([torch.repeat_interleave(h, d, dim=0) for h, d in zip(x, durations)], batch_first=True)
+
+
+def _sequence(B, T, seed):
+    return (torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _image(B, T, seed):
+    return (torch.rand(B, 3, T, T // 2 + 3, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _durations(B, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, D, generator=g)
+    durations = torch.randint(0, 4, (B, T), generator=g)
+    durations[0, :2] = 0  # zeros at the start, as silence gets
+    return x, durations
+
+
+def _vdot_in_spectral_norm(exporter):
+    """sigma through torch.vdot since torch 2.1: older releases do not call the op at all."""
+    import inspect
+    from torch.nn.utils import parametrizations
+    return "vdot" in inspect.getsource(parametrizations)
+
+
+class FloorDivision(nn.Module):
+    """Length arithmetic on integer tensors that goes negative (a sequence shorter than a receptive field):
+    ``//`` and ``torch.floor_divide`` floor in PyTorch, also for the reflected ``number // tensor``."""
+
+    def forward(self, x):
+        counts = (x > 0).sum(1)  # int64 [B, D], 0..T: about T/2, so below the shifts some of the time
+        half = x.shape[1] // 2
+        steps = (counts - half) // 3 + torch.floor_divide(counts - 5, 4) + 7 // (counts - half - 100)
+        return steps.to(x.dtype) * x.mean(1)
+
+
+def _no_rms_norm(exporter):
+    return None if hasattr(nn, "RMSNorm") else f"torch {torch.__version__} has no nn.RMSNorm"
+
+
+def _case(name, build, vanilla, inputs=_sequence, dynamic={0: {0: "batch", 1: "time"}}, **options):
+    return PatchCase(name, build, inputs, dynamic, vanilla=vanilla, **options)
+
+
+def _image_case(name, build, vanilla):
+    return _case(name, build, vanilla, _image, {0: {0: "batch", 2: "height", 3: "width"}})
+
+
+# How the unpatched export goes wrong on torch 2.13; absent: it works (the patch steps aside or is not needed).
+CASES = [
+    _case("expm1", lambda: Pointwise("expm1"),
+          {"torchscript": "aten::expm1", "dynamo": "mismatch"}),  # exp(x) - 1: small arguments lose their digits
+    _case("unfold", lambda: Pointwise("unfold"), {"torchscript": "input size not accessible"}),
+    _case("cumsum_bool", lambda: Pointwise("cumsum_bool"), {"torchscript": "tensor(bool)"}),
+    _case("diff", lambda: Pointwise("diff"), {"torchscript": "aten::diff"}),
+    # TorchScript's Div truncates negative quotients; dynamo's floor_divide translation takes no number first
+    _case("floor_divide", FloorDivision, {"torchscript": "mismatch", "dynamo": "aten_floor_divide"}),
+    _case("rms_norm", lambda: Norms("rms_norm"), {"torchscript": "aten::rms_norm"}, skip=_no_rms_norm),
+    _case("instance_norm", lambda: Norms("instance_norm"),
+          {"torchscript": "instance_norm training for unknown batch size"}),
+    _case("spectral_norm", lambda: Norms("spectral_norm"), {"torchscript": "aten::vdot"},
+          fails_here=_vdot_in_spectral_norm),
+    _case("adaptive_avg_pool1d", lambda: Pointwise("adaptive_avg"),
+          {"torchscript": "input size not accessible", "dynamo": "indices element out of data bounds"}),
+    _case("adaptive_max_pool1d", lambda: Pointwise("adaptive_max"),
+          {"torchscript": "input size not accessible", "dynamo": "Failed to convert"}),
+    _case("adaptive_avg_pool2d", lambda: Pool2d("avg"),
+          {"torchscript": "output_size is not constant", "dynamo": "mismatch"}),
+    _case("adaptive_max_pool2d", lambda: Pool2d("max"),
+          {"torchscript": "input size not accessible", "dynamo": "Failed to convert"}),
+    _image_case("antialias_scale", lambda: Antialias("bilinear", scale_factor=(0.5, 0.3)),
+                {"torchscript": "_upsample_bilinear2d_aa", "dynamo": "mismatch"}),
+    _image_case("antialias_bicubic_size", lambda: Antialias("bicubic", size=(9, 7)),
+                {"torchscript": "_upsample_bicubic2d_aa"}),
+    # the Python loop over the batch fixes B (docs/models.md, Limits): lengths vary, B does not
+    _case("length_regulator", LengthRegulator, {"torchscript": "aten::pad_sequence", "dynamo": "Failed to decompose"},
+          _durations, {0: {1: "time"}, 1: {1: "time"}}, sizes=((2, 23), (2, 50), (2, 5)),
+          # torch.onnx's dynamo exporter does it right from 2.14 on
+          fails_here=lambda exporter: not steps_aside("pad_sequence", exporter)),
+]
