@@ -133,7 +133,7 @@ def baked_hint(baked: Sequence[str]) -> str:
 
 
 def clean_graph(proto: onnx.ModelProto, weights=None, serialized: Optional[bytes] = None):
-    """The cleaned graph and the session that runs it (``cleanup.py``); a bare proto is accepted too."""
+    """The cleaned graph and the session that runs it (``cleanup.py``)."""
     from onnx_compat.pipeline.cleanup import cleanup_with_session
     return cleanup_with_session(proto, weights, serialized)
 
@@ -205,9 +205,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         cleaning = pool.submit(clean_graph, proto, weights, serialized)
         references = reference_cases(subject.model, subject.inputs, subject.outputs, example=subject.example,
                                      seed=subject.seed + 1, examples=subject.examples) if request.verify else None
-        cleaned, sess = cleaning.result(), None
-    if isinstance(cleaned, tuple):
-        cleaned, sess = cleaned
+        cleaned, sess = cleaning.result()
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
         cleaned, sess = proto, None
     _check_cleaned_dims(cleaned, proto, request, weights, references)
