@@ -32,6 +32,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+# pages whose file names and links must exist too (the benchmark index is generated from the scripts)
+NAMING_PAGES = PAGES + [ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
+NAMED_PATH = re.compile(r"`((?:onnx_compat|tests|benchmarks|docs|deploy|constraints|\.ci)/[\w./-]*\w)(?:::[\w\[\], -]+)?`")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+BUILT = ("deploy/cpp/build/",)  # made by `make native`, named by the docs before it exists
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)\s*$")
 MARK = re.compile(r"<!--\s*doc-test:\s*(?P<mode>[\w-]+)(?:\s+of\s+(?P<target>[\w.]+))?(?P<why>.*?)-->")
 MODES = ("run", "imports-only", "signature")
@@ -183,6 +188,19 @@ def test_marks_are_on_python_blocks():
             fence = FENCE.match(following)
             assert fence and fence["lang"] == "python", \
                 f"{page.relative_to(ROOT)}:{i + 1}: doc-test comment not followed by a ```python block"
+
+
+@pytest.mark.parametrize("page", NAMING_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_files_and_links_exist(page):
+    """A file a page names in backticks (`onnx_compat/...`, `tests/...`, `benchmarks/...`, ...) or links to is
+    there: a renamed or deleted file cannot stay in the docs."""
+    missing = []
+    for number, line in enumerate(page.read_text().splitlines(), start=1):
+        named = [ROOT / m for m in NAMED_PATH.findall(line) if not m.startswith(BUILT)]
+        linked = [page.parent / m for m in LINK.findall(line) if not re.match(r"[a-z]+:", m)]
+        missing += [f"{page.relative_to(ROOT)}:{number}: {p.resolve().relative_to(ROOT)}"
+                    for p in named + linked if not p.exists()]
+    assert not missing, "named but not there:\n" + "\n".join(missing)
 
 
 def test_parser_finds_indented_blocks_and_marks(tmp_path):
