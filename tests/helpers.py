@@ -57,67 +57,14 @@ def vanilla_string_padding_failure(model, args, dynamic):
 needs_dynamo = pytest.mark.skipif(not HAS_DYNAMO, reason=versions.NO_DYNAMO)
 
 
-def vanilla_failure(check, expected):
-    """``onnx_compat.testing.assert_fails_as_recorded``: the unpatched export fails, and how."""
-    testing.assert_fails_as_recorded(check, expected)
+def pattern_cases(table, sizes, unpatched=None):
+    """A table of export patterns as ``PatchCase`` rows (the one case harness). ``table`` maps a name to
+    (build, inputs(B, T, generator), dynamic axes, exporters, how the export fails without the patch per
+    exporter); ``unpatched(name)``: the context that export runs in when it is not plain vanilla."""
+    def seeded(inputs):
+        return lambda B, T, seed: inputs(B, T, torch.Generator().manual_seed(seed))
 
-
-
-class PatternCases:
-    """Small models of export patterns: ``cases`` maps a name to (build, inputs(B, T, generator), dynamic
-    axes, exporters, failure per exporter without the patch). Exported at (2, 37); checked against the
-    eager model at ``sizes`` (B=1 first, other lengths), naming the size that failed."""
-
-    def __init__(self, cases, sizes=((1, 23), (3, 50), (2, 9))):
-        self.cases, self.sizes = cases, list(sizes)
-
-    def build(self, name):
-        torch.manual_seed(sum(map(ord, name)))
-        return self.cases[name][0]().eval()
-
-    def inputs(self, name, B, T, seed):
-        return self.cases[name][1](B, T, torch.Generator().manual_seed(seed))
-
-    def export(self, model, name, exporter):
-        with torch.no_grad():
-            return export(model, self.inputs(name, 2, 37, 0), exporter, self.cases[name][2])
-
-    def check(self, proto, model, name):
-        import numpy as np
-        for seed, (B, T) in enumerate(self.sizes, start=1):
-            args = self.inputs(name, B, T, seed)
-            with torch.no_grad():
-                expected = model(*args).numpy()
-            got = run(proto, *[a.numpy() for a in args])[0]
-            where = f"{name} at B={B}, T={T}"
-            assert got.shape == expected.shape, f"{where}: shape {got.shape}, eager {expected.shape}"
-            assert np.std(expected) > 1e-3, f"{where}: degenerate reference output"
-            np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3, err_msg=where)
-
-    def patched_matches_eager(self, name, exporter):
-        """Exported under ``patched()``, ONNX Runtime matches the unpatched model at the new sizes."""
-        if exporter not in EXPORTERS:
-            pytest.skip("the dynamo exporter is used from torch 2.13 on")
-        model = self.build(name)
-        with onnx_compat.patched():
-            proto = self.export(model, name, exporter)
-        self.check(proto, model, name)
-
-    def fails_as_recorded(self, name, exporter, context=None):
-        """Without the patch (``context``: none, or ``patched(exclude=...)``) it fails as recorded on 2.13."""
-        if exporter not in EXPORTERS or not torch.__version__.startswith("2.13"):
-            pytest.skip(f"recorded on torch 2.13 (this is {torch.__version__})")
-        model = self.build(name)
-        with context or contextlib.nullcontext():
-            vanilla_failure(lambda: self.check(self.export(model, name, exporter), model, name),
-                            self.cases[name][4][exporter])
-
-    def eager_untouched(self, name):
-        """Inside ``patched()`` but not exporting, the model computes exactly what it computes outside."""
-        model = self.build(name)
-        args = self.inputs(name, 3, 20, 5)
-        with torch.no_grad():
-            expected = model(*args)
-            with onnx_compat.patched():
-                got = model(*args)
-        assert torch.equal(got, expected)
+    return [testing.PatchCase(name, build, seeded(inputs), dynamic, sizes=tuple(sizes), exporters=tuple(exporters),
+                              vanilla=vanilla, atol=1e-4, rtol=1e-3,
+                              unpatched=(unpatched(name) if unpatched else None) or contextlib.nullcontext)
+            for name, (build, inputs, dynamic, exporters, vanilla) in table.items()]
