@@ -152,7 +152,12 @@ def signature_mismatch(block: Block) -> str | None:
     expected = [(p.name, p.kind, p.default) for p in inspect.signature(ns[name]).parameters.values()]
     real = [(p.name, p.kind, p.default) for p in actual.parameters.values()]
     if expected != real:
-        return f"the page shows\n  {inspect.signature(ns[name])}\nbut {block.target} is\n  {actual}"
+        shown_names, real_names = [p[0] for p in expected], [p[0] for p in real]
+        differ = [f"only in the code: {[n for n in real_names if n not in shown_names]}",
+                  f"only on the page: {[n for n in shown_names if n not in real_names]}",
+                  f"kind or default differs: {[a[0] for a, b in zip(expected, real) if a[0] == b[0] and a != b]}"]
+        return (f"{'; '.join(differ)}\nthe page shows\n  {inspect.signature(ns[name])}\nbut {block.target} is\n"
+                f"  {actual}")
     return None
 
 
