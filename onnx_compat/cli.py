@@ -22,7 +22,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from onnx_compat.errors import ArgumentError, UsageError
+from onnx_compat.errors import ArgumentError, OutputPathError, UsageError
 
 # verb -> the module that defines it: ``add_parser(subparsers)`` and ``run(args) -> exit code``. A verb's module is
 # imported only when that verb runs (every one for ``--help``), so a command loads only its own layers. A verb of
@@ -78,7 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return INTERRUPTED
-    except (UsageError, ArgumentError) as exc:  # an argument the library refused is the command line's too
+    except (UsageError, ArgumentError, OutputPathError) as exc:  # what the library refused before any work
         _say(f"usage error: {_first_line(exc)}")
         return USAGE
     except Exception as exc:  # noqa: BLE001 - one clear line for a pipeline's log, and the module at fault

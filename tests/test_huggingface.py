@@ -19,7 +19,7 @@ if not transformers.utils.is_torch_available():
 
 from onnx_compat.huggingface import (COVERED, ConfigError, HFError, PreprocessorError, TaskError,  # noqa: E402
                                      UncoveredModelError, WeightsError, from_pretrained_dir)
-from onnx_compat.huggingface import cli, tiny  # noqa: E402
+from onnx_compat.huggingface import cli, files, tiny  # noqa: E402
 
 from helpers import HAS_DYNAMO  # noqa: E402
 
@@ -295,3 +295,24 @@ def test_two_checkpoints_never_mix_their_runtime_files_in_one_folder(tmp_path):
     assert "config.json" in str(raised.value) and "vocab.json" in str(raised.value)
     assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before, "nothing written, nothing replaced"
     assert export_pretrained(first, str(out / "w2.onnx"), exporter="torchscript").files  # same files: no mixing
+
+
+def test_an_unwritable_output_folder_is_one_line_without_temporary_names(tmp_path, capsys, monkeypatch):
+    """A runtime file that cannot be written named itself as ``.onnx_compat_xxxx`` (the staged copy's name)."""
+    folder = tiny.checkpoint(tmp_path / "c", "wav2vec2", "ctc")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def refused(source, target, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", target)
+    monkeypatch.setattr(files.shutil, "copyfile", refused)  # a folder that takes the model but not the files
+    capsys.readouterr()
+    assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx"), "--exporter", "torchscript"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("onnx-compat")]  # not tqdm's
+    assert len(err) == 1 and err[0].startswith("onnx-compat: usage error: cannot write "), err
+    assert str(out / "config.json") in err[0] and ".onnx_compat_" not in err[0] and _nothing_written(out)
+    if os.geteuid() != 0:  # root writes into any folder
+        monkeypatch.undo()
+        out.chmod(0o500)
+        assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx")]) == 2
+        assert "is not writable" in capsys.readouterr().err

@@ -18,6 +18,8 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator, List
 
+from onnx_compat.errors import OutputPathError
+
 RUNTIME_FILES = (
     "config.json", "generation_config.json", "preprocessor_config.json", "processor_config.json",
     "feature_extractor_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -59,10 +61,13 @@ def staged_copies(files: List[str], destination: str) -> Iterator[List[str]]:
             target = os.path.join(destination, os.path.basename(path))
             if os.path.exists(target) and os.path.samefile(path, target):
                 continue
-            fd, temp = tempfile.mkstemp(prefix=".onnx_compat_", dir=destination)
-            os.close(fd)
-            staged.append((temp, target))
-            shutil.copyfile(path, temp)
+            try:
+                fd, temp = tempfile.mkstemp(prefix=".onnx_compat_", dir=destination)
+                os.close(fd)
+                staged.append((temp, target))
+                shutil.copyfile(path, temp)
+            except OSError as exc:  # named as the file the user asked for, not our temporary name
+                raise OutputPathError(f"cannot write {target!r}: {exc.strerror or exc}", path=target) from None
         yield staged
     finally:
         for temp, _ in staged:
