@@ -15,7 +15,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -67,7 +67,7 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
                         updater_states: Optional[Sequence[str]] = None, scorer_states: Optional[Sequence[str]] = None,
                         blank: Optional[int] = None, sentence_end: Optional[int] = None, scores: str = "log-probs",
                         history: int = 1, start_label: int = 0, release: str = "master", batch: str = "hyps",
-                        module: Optional[torch.nn.Module] = None, exporter: str = "auto",
+                        module: Optional[torch.nn.Module] = None, exporter: Union[str, Mapping[str, str]] = "auto",
                         utterances: Optional[Sequence[int]] = None, beam: int = 4, max_symbols: int = 3,
                         atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0) -> LabelScorerReport:
     """Export a label scorer for RASR into ``folder``; prove it by decoding; return the report.
@@ -88,6 +88,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
 
     ``states``: ``StateSpec``s in the order the callables return them, their hypothesis batch a ``Dim``
     named ``batch``; ``updater_states``/``scorer_states``: the ones each reads (default all).
+    ``exporter``: for every graph, or ``{graph: exporter}`` (``"encoder"``, ``"state-updater"``, ...; the
+    others ``"auto"``).
     ``scores``: ``"log-probs"`` (the graph negates them) or ``"costs"``. ``vocabulary``: the labels in the
     lexicon's order (V = its size). ``utterances``: feature lengths decoded in the proof (default: the
     encoder's export example, one at least four times longer in feature frames and in the decoder graphs'

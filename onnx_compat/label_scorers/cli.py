@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 
-from onnx_compat.factories import FactoryError, call_factory
+from onnx_compat.cli_args import EXPORTERS
+from onnx_compat.errors import FactoryError, UsageError
+from onnx_compat.factories import call_factory
 
 VERB = "label-scorer"
 
@@ -24,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(VERB, help="export a RASR label scorer folder (graphs + config), proven by decoding")
     p.add_argument("factory", help="MODULE:FACTORY returning export_label_scorer's keyword arguments")
     p.add_argument("--out", required=True, help="the folder to write (graphs, label-scorer.config, report.json)")
-    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
+    p.add_argument("--exporter", default="auto", choices=EXPORTERS)
     p.add_argument("--release", choices=["master", "transducer-pr"], help="the RASR release (default: the job's)")
     p.add_argument("--beam", type=int, help="the proof's beam width (default 4)")
     p.add_argument("--utterances", help="feature lengths the proof decodes, comma-separated")
@@ -50,11 +53,23 @@ def _utterances(text):
     try:
         return [int(n) for n in text.split(",")]
     except ValueError:
-        raise FactoryError(f"--utterances takes comma-separated frame counts, got {text!r}") from None
+        raise UsageError(f"--utterances takes comma-separated frame counts, got {text!r}", option="--utterances") \
+            from None
+
+
+def _folder(path: str) -> str:
+    """The output folder checked before minutes of work: not a file, and its parent exists and is writable."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    if os.path.isfile(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UsageError(f"--out: cannot write the folder {path!r} (a file is there, or {parent!r} is not a "
+                         "writable folder)", option="--out")
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
     from .api import export_label_scorer
+    _folder(args.out)
     job = load_job(args.factory)
     job["exporter"] = args.exporter
     for key, value in (("release", args.release), ("beam", args.beam), ("utterances", _utterances(args.utterances))):

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx
 
@@ -69,18 +69,20 @@ def _check_declarations(parts: Sequence[Part], states: Mapping[str, StateSpec], 
 
 
 def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec], *, batch: str = "batch",
-                 batch_first: bool = False, exporter: str = "auto", sizes: Optional[Mapping[str, int]] = None,
+                 batch_first: bool = False, exporter: Union[str, Mapping[str, str]] = "auto", sizes: Optional[Mapping[str, int]] = None,
                  atol: float = 1e-4, rtol: float = 1e-3, opset: Optional[int] = None, seed: int = 0,
                  checks: Sequence[Callable[[Dict[str, onnx.ModelProto]], None]] = (),
                  extra_files: Optional[Mapping[str, str]] = None) -> PartsReport:
     """Export each part to ``<folder>/<part name>.onnx``; return the ``PartsReport``.
 
+    ``sizes``: example sizes of named dims, across graphs (each export gets those of its inputs).
     ``batch``: the name of the batch ``Dim`` every state has. ``batch_first``: states held batch-first in
-    every graph. ``checks``: functions of ``{part name: graph}`` raising on a broken rule (a consumer's
+    every graph. ``exporter``: one for every graph, or ``{part name: exporter}`` (the others ``"auto"``). ``checks``: functions of ``{part name: graph}`` raising on a broken rule (a consumer's
     loader), run before anything is written. ``extra_files``: ``{file name: text}`` written beside them.
     """
     table = {s.name: s for s in states}
     _check_declarations(parts, table, batch)
+    exporters = _exporters(exporter, [p.name for p in parts])
     os.makedirs(os.path.dirname(os.path.abspath(folder)) or ".", exist_ok=True)
     parent = os.path.dirname(os.path.abspath(folder))
     report = PartsReport(os.path.abspath(folder))
@@ -90,7 +92,7 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
         protos = {}
         for part in parts:
             path = os.path.join(tmp, f"{part.name}.onnx")
-            protos[part.name] = _export_one(part, path, table, batch, batch_first, exporter, sizes, atol, rtol,
+            protos[part.name] = _export_one(part, path, table, batch, batch_first, exporters[part.name], sizes, atol, rtol,
                                             opset, seed, report)
         report.states = check_states_agree(protos, {p.name: p for p in parts}, batch_first)
         for check in checks:
@@ -100,6 +102,16 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
                 fh.write(text)
         _move_into(tmp, report.folder, [f"{p.name}.onnx" for p in parts] + list(extra_files or {}), report)
     return report
+
+
+def _exporters(exporter, names: Sequence[str]) -> Dict[str, str]:
+    if isinstance(exporter, str):
+        return {name: exporter for name in names}
+    unknown = sorted(set(exporter) - set(names))
+    if unknown:
+        raise GraphContractError(f"exporter= names {unknown}, which are not graphs here ({list(names)})",
+                                 graph=unknown[0], rule="exporter per graph")
+    return {name: exporter.get(name, "auto") for name in names}
 
 
 def _export_one(part: Part, path: str, table, batch, batch_first, exporter, sizes, atol, rtol, opset, seed,
@@ -119,6 +131,7 @@ def _export_one(part: Part, path: str, table, batch, batch_first, exporter, size
             report.constant.append(part.name)
             onnx.save(proto, path)
             return proto
+        sizes = _own_sizes(inputs, sizes) or None
         try:
             graph = export(module, path, inputs, outputs, exporter=exporter, sizes=sizes, atol=atol, rtol=rtol,
                            opset=opset, seed=seed, metadata=dict(part.metadata), external_data=False, steps=steps)
@@ -152,7 +165,14 @@ def _probe(part: Part, table, batch, batch_first, sizes, seed) -> None:
     if inputs:
         module = PartModule(part, table, batch, batch_first)
         with preserved(module):
-            check_inputs_used(part.name, module, inputs, example_feeds(inputs, dim_sizes(inputs, sizes or {}), seed))
+            check_inputs_used(part.name, module, inputs, example_feeds(inputs, dim_sizes(inputs, _own_sizes(inputs, sizes)),
+                                                                       seed))
+
+
+def _own_sizes(inputs, sizes: Optional[Mapping[str, int]]) -> Dict[str, int]:
+    """The sizes of the dims this graph's inputs have (``sizes`` is shared by every graph)."""
+    known = {d.name for spec in inputs for d in spec.dynamic_axes().values()}
+    return {k: v for k, v in (sizes or {}).items() if k in known}
 
 
 def _stamp_static_batch(proto: onnx.ModelProto, part: Part, outputs) -> List[str]:
