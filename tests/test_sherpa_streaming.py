@@ -20,6 +20,7 @@ from onnx_compat.contracts.consumers import greedy_ctc
 from onnx_compat.contracts.sherpa_stream_consumers import StreamJob, streamed_log_probs
 from onnx_compat.models.streaming_ctc import CacheAwareConformerCTC, streaming_ctc_job
 from onnx_compat.streaming import StateSpec, export_streaming
+from onnx_compat.streaming.probe import run_step
 from onnx_compat.streaming.states import StateLayout
 from onnx_compat.streaming.step import StepModule
 from helpers import EXPORTERS
@@ -61,7 +62,7 @@ def test_the_comparison_sees_the_states():
     job = streaming_ctc_job()
     model, layout = job["step"], StateLayout(job["states"])
     step = StepModule(model, job["inputs"], layout)
-    carried = StreamJob(step, job["inputs"], job["outputs"], lambda b: layout.initial({"batch": b}, None, b))
+    carried = StreamJob(step, job["inputs"], job["outputs"], lambda b: layout.initial({"batch": b}, None, b), run_step)
     samples = frontends.utterances((2.1,), seed=1)[0]
     features = frontends.nemo_ctc_features(samples, model.features, "NA")
     with_states = np.concatenate(streamed_log_probs(carried, features, model.window, model.shift))

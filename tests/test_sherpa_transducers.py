@@ -19,7 +19,7 @@ import torch
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.contracts import ContractError, frontends
 from onnx_compat.contracts.sherpa_transducer_consumers import Eager, kaldi_features, online_labels
-from onnx_compat.contracts.transducer_export import export_transducer
+from onnx_compat.parts.transducer import export_transducer
 from onnx_compat.models import sherpa_transducer as st
 from onnx_compat.streaming import StateSpec
 from helpers import EXPORTERS

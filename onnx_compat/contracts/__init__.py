@@ -3,8 +3,10 @@
 ``export(..., contract="sherpa-onnx/nemo-ctc", vocabulary=[...])`` calls
 ``check_specs`` before exporting and ``apply_contract`` before writing; see
 ``docs/consumers.md``. Streaming and multi-graph consumers have their own entry points:
-``export_streaming(..., contract="sherpa-onnx/online-nemo-ctc")`` and ``export_transducer(parts, folder,
-contract="sherpa-onnx/offline-transducer" | "sherpa-onnx/online-transducer-lstm")``.
+``export_streaming(..., contract="sherpa-onnx/online-nemo-ctc")`` and ``parts.transducer.export_transducer(parts,
+folder, contract="sherpa-onnx/offline-transducer" | "sherpa-onnx/online-transducer-lstm")``. This package holds the
+contracts and their consumers; what exports under a contract lives above it (``streaming/``, ``parts/``), so it
+imports neither the streaming nor the multi-graph export.
 """
 from __future__ import annotations
 
@@ -39,14 +41,6 @@ _ENTRY_POINTS = {
 }
 
 
-def __getattr__(name: str):
-    """``export_transducer`` loads on use (it brings in the parts export)."""
-    if name == "export_transducer":
-        from .transducer_export import export_transducer
-        return export_transducer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def check_specs(name: str, inputs, outputs) -> Contract:
     """Before exporting: the declared specs can satisfy the contract (else one ``ContractError``)."""
     contract = get_contract(name)
@@ -72,4 +66,4 @@ def apply_contract(name: str, proto, inputs, outputs, *, vocabulary: Optional[Se
 
 
 __all__ = ["CONTRACTS", "Applied", "Contract", "ContractError", "ConsumerMismatch", "Finding", "apply_contract",
-           "check_specs", "export_transducer", "get_contract"]
+           "check_specs", "get_contract"]

@@ -52,15 +52,15 @@ class StreamJob:
     inputs: list
     outputs: list
     initial: object       # batch -> flat initial states
+    run: object           # streaming.probe.run_step: one eager call of the step (handed in: streaming imports us)
 
 
 def streamed_log_probs(job: StreamJob, features: np.ndarray, window: int, shift: int) -> List[np.ndarray]:
     """PyTorch's stream over ``features`` ``[T, C]`` by sherpa-onnx's rule: output 0 of every call."""
-    from onnx_compat.streaming.probe import run_step
     states, processed, out = job.initial(1), 0, []
     while processed + window < features.shape[0]:
         chunk = torch.from_numpy(features[processed:processed + window].T.copy())[None]
-        got = run_step(job.step, [chunk, torch.tensor([window], dtype=torch.int64)], states, job.outputs, window)
+        got = job.run(job.step, [chunk, torch.tensor([window], dtype=torch.int64)], states, job.outputs, window)
         out.append(got.outputs[0][0].numpy())
         states, processed = got.states, processed + shift
     return out

@@ -288,7 +288,7 @@ def _contracted(job: "_Job", proto, tmp: str):
     onnx.save(proto, tmp)
     initial = lambda b: d.layout.initial({**d.sizes, **({d.batch_dim: b} if d.batch_dim else {})},  # noqa: E731
                                          job.init_states, b)
-    applied.verify_in_consumer(proto, StreamJob(job.step, d.inputs, d.outputs, initial), d.inputs)
+    applied.verify_in_consumer(proto, StreamJob(job.step, d.inputs, d.outputs, initial, run_step), d.inputs)
     return applied
 
 

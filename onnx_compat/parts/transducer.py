@@ -15,9 +15,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import onnx
 
-from .sherpa_transducer import (check_declared, check_graph_names, check_graphs, graph_metadata, tokens_text,
-                                transducer_contract)
-from .sherpa_transducer_consumers import Eager
+from onnx_compat.contracts.sherpa_transducer import (check_declared, check_graph_names, check_graphs, graph_metadata,
+                                                     tokens_text, transducer_contract)
+from onnx_compat.contracts.sherpa_transducer_consumers import Eager
 
 
 @dataclass
@@ -59,7 +59,7 @@ def export_transducer(parts: Sequence, folder: str, *, contract: str, vocabulary
         if verify:
             checks.extend(_in_consumers(found, protos, parts, states, vocabulary, shift))
 
-    from onnx_compat.parts import export_parts
+    from onnx_compat.parts.export import export_parts
     report = export_parts(parts, folder, states, exporter=exporter, sizes=sizes, checks=[judge],
                           extra_files={"tokens.txt": tokens_text(vocabulary)})
     return TransducerReport(report, found.name, meta, checks)
@@ -98,6 +98,6 @@ def _in_consumers(contract, protos, parts, states, vocabulary, shift) -> List[di
 
 
 def _consumers(contract):
-    from . import sherpa_transducer_consumers as c
+    from onnx_compat.contracts import sherpa_transducer_consumers as c
     return (c.OnlineTransducerPython(), c.OnlineTransducerBinary()) if contract.online else \
         (c.OfflineTransducerPython(), c.OfflineTransducerBinary())
