@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from onnx_compat.errors import SpecError
+from onnx_compat.errors import ArgumentError, SpecError
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,8 @@ def dim_sizes(inputs: Sequence[TensorSpec], overrides: Mapping[str, int] = (), s
     known = {dim.name for spec in inputs for dim in spec.dynamic_axes().values()}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise SpecError(f"sizes: no input has a dim named {unknown[0]!r}; the inputs' dims are {sorted(known)}")
+        raise ArgumentError(f"sizes: no input has a dim named {unknown[0]!r}; the inputs' dims are {sorted(known)}",
+                            argument="sizes", value=unknown[0])
     for spec in inputs:
         for axis, dim in spec.dynamic_axes().items():
             if dim.name in sizes:

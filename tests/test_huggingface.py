@@ -316,3 +316,14 @@ def test_an_unwritable_output_folder_is_one_line_without_temporary_names(tmp_pat
         out.chmod(0o500)
         assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx")]) == 2
         assert "is not writable" in capsys.readouterr().err
+
+
+def test_a_size_of_a_dim_no_input_has_is_a_usage_error(tmp_path, capsys):
+    folder = tiny.checkpoint(tmp_path / "c", "wav2vec2", "ctc")
+    out = tmp_path / "out"
+    out.mkdir()
+    capsys.readouterr()
+    assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx"), "--size", "frames=100"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("onnx-compat")]
+    assert len(err) == 1 and "no input has a dim named 'frames'" in err[0], err
+    assert _nothing_written(out)
