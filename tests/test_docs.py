@@ -208,6 +208,15 @@ def test_named_files_and_links_exist(page):
     assert not missing, "named but not there:\n" + "\n".join(missing)
 
 
+def test_readme_names_every_cli_verb():
+    """The README's one-line list of verbs is the CLI's verb table."""
+    from onnx_compat.cli import VERBS
+    text = " ".join((ROOT / "README.md").read_text().split())
+    listed = re.search(r"`onnx-compat ((?:[\w-]+ \| )+[\w-]+)`", text)
+    assert listed, "README.md lists no `onnx-compat a | b | ...` verbs"
+    assert listed.group(1).split(" | ") == list(VERBS), f"README lists {listed.group(1)}; the CLI has {list(VERBS)}"
+
+
 def test_parser_finds_indented_blocks_and_marks(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("text\n\n<!-- doc-test: imports-only (network) -->\n```python\nimport os\nos.urandom(1)\n"
