@@ -151,3 +151,34 @@ def test_export_names_the_entry_point_of_a_multi_graph_contract(tmp_path):
         export(split.model.encoder, str(tmp_path / "encoder.onnx"), encoder.inputs, encoder.outputs, contract=OFFLINE,
                vocabulary=st.vocabulary())
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, what", [
+    ({"inputs": [TensorSpec("x", [N, Dim("time"), 80])]}, "encoder input 'x' dim 1 (T)"),
+    ({"states_in": ["h"], "states_out": ["h"]}, "encoder states"),
+])
+def test_online_encoder_declarations_are_refused(change, what, tmp_path):
+    """sherpa-onnx feeds T frames and (h, c) exactly: a dynamic window or one state is refused before export."""
+    parts, states = st.online_parts(st.bundled())
+    parts[0] = replace(parts[0], **change)
+    with pytest.raises(ContractError) as err:
+        export_transducer(parts, str(tmp_path / "model"), contract=ONLINE, vocabulary=st.vocabulary(), states=states)
+    assert what in {f.what for f in err.value.findings}, err.value
+    assert os.listdir(tmp_path) == []
+
+
+def test_encoder_lengths_past_its_frames_are_refused_before_writing(tmp_path):
+    """sherpa-onnx decodes as many frames as the encoder's lengths say: more than it has is refused (by the
+    export's own check of lengths against their axis), nothing written."""
+    from onnx_compat.errors import OnnxCompatError
+    split = st.bundled()
+    parts = st.offline_parts(split)
+
+    def longer(x, lengths):
+        out, n = split.encoder(x, lengths)
+        return out, n + 5
+    parts[0] = replace(parts[0], fn=longer, module=split)
+    with pytest.raises(OnnxCompatError, match=r"'encoder_out:size1': lengths .* do not fit dim 1 of 'encoder_out'"):
+        export_transducer(parts, str(tmp_path / "model"), contract=OFFLINE, vocabulary=st.vocabulary(),
+                          exporter="torchscript")
+    assert os.listdir(tmp_path) == []

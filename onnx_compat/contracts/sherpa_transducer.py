@@ -102,6 +102,20 @@ _JOINER = Contract(
     outputs=(Port("logit", "float", axes("N:batch V:static")),),
     probes=(_joiner_vocabulary,),
 )
+def _encoder_lengths(ctx: Context) -> List[Finding]:
+    """sherpa-onnx decodes ``lengths[i]`` frames of item ``i`` (output 1), never asking output 0's size: a batch of
+    two, the second shorter, must say at most the frames it has, and more than none."""
+    sess, bins = ctx.session(), ctx.inputs[0]["dims"][2]
+    lengths = np.array([48, 29], np.int64 if ctx.inputs[1]["dtype"] == "int64" else np.int32)
+    features = np.random.default_rng(0).standard_normal((2, 48, bins)).astype(np.float32)
+    out, said = sess.run(None, {ctx.inputs[0]["name"]: features, ctx.inputs[1]["name"]: lengths})[:2]
+    said = said.reshape(-1).tolist()
+    if any(not 0 < n <= out.shape[1] for n in said):
+        return [Finding("encoder output 1 (lengths)", f"1..{out.shape[1]} (the frames of output 0 at T = 48, 29; "
+                        "sherpa-onnx decodes that many)", f"{said}")]
+    return []
+
+
 _OFFLINE_ENCODER = Contract(
     name="encoder", consumer="sherpa-onnx offline transducer encoder",
     inputs=(Port("features", "float", axes("N:batch T:dynamic C:static")),
@@ -110,6 +124,7 @@ _OFFLINE_ENCODER = Contract(
              IntPort("encoder_out lengths", "int64", axes("N:batch"))),
     metadata=(MetaKey("model_type", "routes sherpa-onnx-offline to its icefall transducer loader",
                       allowed=OFFLINE_TYPES),),
+    probes=(_encoder_lengths,),
 )
 _STATE = "L:static N:batch H:static"
 _LSTM_ENCODER = Contract(
@@ -181,9 +196,9 @@ def graph_metadata(contract: TransducerContract, parts, states, vocabulary, user
     return derived
 
 
-def check_declared(contract: TransducerContract, parts, states, vocabulary, metadata, user) -> None:
-    """Before exporting: three graphs named encoder/decoder/joiner whose specs fit the ports; the decoder's context
-    size and the joiner's classes agree with the metadata and tokens.txt; the blank at 0."""
+def check_ports(contract: TransducerContract, parts, states) -> None:
+    """Before anything runs: each part's specs (its states after its own inputs and outputs) against its graph's
+    ports by position; online, the encoder's states are the two declared h and c, its window a fixed size."""
     from onnx_compat.spec import TensorSpec
     table = {s.name: s for s in states}
     found: List[Finding] = []
@@ -193,8 +208,23 @@ def check_declared(contract: TransducerContract, parts, states, vocabulary, meta
                                         if s in table]
         found += [Finding(f"{part.name} {f.what}", f.expected, f.got)
                   for f in contract.graphs[part.name].check_specs(inputs, outputs)]
+    encoder = next(p for p in parts if p.name == "encoder")
+    if contract.online and not (len(encoder.states_in) == 2 and list(encoder.states_out) == list(encoder.states_in)
+                                and all(s in table for s in encoder.states_in)):
+        found.append(Finding("encoder states", "h then c: two declared StateSpecs, in states_in and states_out alike",
+                             f"states_in {list(encoder.states_in)}, states_out {list(encoder.states_out)}"))
+    if contract.online and encoder.inputs and len(encoder.inputs[0].dims) > 1 \
+            and not isinstance(encoder.inputs[0].dims[1], int):
+        found.append(Finding("encoder input 'x' dim 1 (T)", "an int: the frames sherpa-onnx feeds every call",
+                             repr(encoder.inputs[0].dims[1])))
     if found:
         raise ContractError(contract.name, found)
+
+
+def check_declared(contract: TransducerContract, parts, vocabulary, metadata, user) -> None:
+    """Before exporting, the ports held: the decoder's context size and the joiner's classes agree with the
+    metadata and tokens.txt; the blank at 0; the decoder takes sherpa-onnx's start context."""
+    found: List[Finding] = []
     specs = {p.name: p for p in parts}
     width, classes = specs["decoder"].inputs[0].dims[1], specs["joiner"].outputs[0].dims[1]
     if user.get("context_size") is not None and str(user["context_size"]) != str(width):

@@ -15,8 +15,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import onnx
 
-from onnx_compat.contracts.sherpa_transducer import (check_declared, check_graph_names, check_graphs, graph_metadata,
-                                                     tokens_text, transducer_contract)
+from onnx_compat.contracts.sherpa_transducer import (check_declared, check_graph_names, check_graphs, check_ports,
+                                                     graph_metadata, tokens_text, transducer_contract)
 from onnx_compat.contracts.sherpa_transducer_consumers import Eager
 
 
@@ -48,9 +48,10 @@ def export_transducer(parts: Sequence, folder: str, *, contract: str, vocabulary
     """
     found = transducer_contract(contract)
     check_graph_names(found, parts)
+    check_ports(found, parts, states)
     user = {k: str(v) for k, v in (metadata or {}).items()}
     meta = graph_metadata(found, parts, states, vocabulary, user, shift)
-    check_declared(found, parts, states, vocabulary, meta, user)
+    check_declared(found, parts, vocabulary, meta, user)
     parts = [replace(p, metadata={**dict(p.metadata), **meta[p.name]}) for p in parts]
     checks: List[dict] = []
 
