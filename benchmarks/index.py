@@ -110,15 +110,15 @@ def render(scripts: List[Script]) -> str:
     return "\n".join(lines)
 
 
-def run(cost: str) -> int:
+def run(cost: str, call=subprocess.call) -> int:
     """Each benchmark of the class (``all``: fast and slow) in its own process, in the repository root;
-    the failures are listed at the end and make the exit status 1."""
+    the failures are listed at the end and make the exit status 1. ``call(argv, cwd=...)`` runs one."""
     chosen = [s for s in index() if s.cost and not s.needs and (cost == "all" or s.cost == cost)]
     failed = []
     for script in chosen:
         print(f"== {script.command}", flush=True)
         t0 = time.perf_counter()
-        code = subprocess.call([sys.executable, os.path.join(HERE, script.path), *script.args], cwd=ROOT)
+        code = call([sys.executable, os.path.join(HERE, script.path), *script.args], cwd=ROOT)
         print(f"== {script.path}: exit {code} after {time.perf_counter() - t0:.0f} s", flush=True)
         if code:
             failed.append(script.path)

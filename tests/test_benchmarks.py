@@ -180,3 +180,13 @@ def test_a_script_without_a_header_is_refused(tmp_path, monkeypatch):
     (tmp_path / "new_bench.py").write_text('"""Measures something."""\nBENCHMARK = {"cost": "quick"}\n')
     with pytest.raises(ValueError, match="cost in"):
         index.index()
+
+
+def test_make_bench_runs_the_fast_class_with_each_write(capsys):
+    calls = []
+    assert index.run("fast", call=lambda argv, cwd: calls.append(argv[1:]) or 0) == 0
+    fast = {s.path: s for s in index.index() if s.cost == "fast"}
+    assert {os.path.relpath(argv[0], os.path.dirname(index.README)) for argv in calls} == set(fast)
+    assert all(argv[1:] == ["--write", fast[os.path.basename(argv[0])].writes] for argv in calls), calls
+    assert index.run("all", call=lambda argv, cwd: 3 if argv[1].endswith("op_tail.py") else 0) == 1
+    assert "failed: op_tail.py" in capsys.readouterr().out
