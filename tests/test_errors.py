@@ -149,6 +149,14 @@ def test_every_old_path_still_imports_and_shadows_nothing():
     assert callable(onnx_compat.verify) and callable(onnx_compat.export) and callable(onnx_compat.diagnose)
 
 
+def test_no_layer_hides_its_imports_behind_a_deps_shim():
+    """Four ``_deps.py`` files each claimed to be a package's only door to the internals while others bypassed
+    them; a layer imports what it uses from where it is defined."""
+    import pathlib
+    package = pathlib.Path(onnx_compat.__file__).parent
+    assert sorted(str(p.relative_to(package)) for p in package.rglob("_deps.py")) == []
+
+
 class _InterruptedWhileTraced(nn.Module):
     """Eager calls run; the second call on (a trace) is interrupted, the way an exporter that catches every
     exception wraps Ctrl-C in its own error."""

@@ -12,7 +12,7 @@ from typing import Dict, List, Mapping
 
 import onnx
 
-from ._deps import value_info
+from ..graph import value_info
 from .errors import GraphContractError
 from .part import Part
 

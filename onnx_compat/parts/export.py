@@ -21,7 +21,10 @@ import onnx
 
 from onnx_compat.streaming.states import StateSpec
 
-from ._deps import Report, Step, dim_sizes, preserved
+from ..model_state import preserved
+from ..pipeline.report import Report
+from ..pipeline.steps import Step
+from ..spec import dim_sizes
 from .consistency import check_states_agree
 from .constant import constant_graph, verify_constant
 from .errors import GraphContractError

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from ._deps import flatten
+from ..pipeline.adapter import flatten
 from onnx_compat.spec import Dim, TensorSpec
 from onnx_compat.streaming.states import StateSpec
 

@@ -14,7 +14,8 @@ import torch
 
 from onnx_compat.spec import TensorSpec
 
-from ._deps import flatten, make_inputs
+from ..pipeline.adapter import flatten
+from ..spec import make_inputs
 from .errors import GraphContractError
 
 
