@@ -6,6 +6,7 @@ import sys
 import warnings
 
 import pytest
+import torch
 from torch import nn
 
 import onnx_compat
@@ -178,6 +179,34 @@ class _InterruptedWhileTraced(nn.Module):
 def test_an_interrupt_during_auto_is_never_an_export_failure(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         _export(tmp_path, model=_InterruptedWhileTraced(), exporter="auto")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _StepInterruptedWhileTraced(nn.Module):
+    """A streaming step whose trace is interrupted, Ctrl-C wrapped in the exporter's own error."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def step(self, x, h):
+        if torch.jit.is_tracing() or torch.compiler.is_compiling():
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise RuntimeError("the exporter's own error") from exc
+        y = self.lin(x) + h
+        return y, y[:, -1:]
+
+
+def test_an_interrupt_during_a_streaming_export_is_never_no_exporter(tmp_path):
+    """Once an interrupt during a streaming export came out as "no exporter produced a graph" (exit 1)."""
+    from onnx_compat import StateSpec
+    batch = Dim("batch")
+    with pytest.raises(KeyboardInterrupt):
+        onnx_compat.export_streaming(_StepInterruptedWhileTraced().step, str(tmp_path / "s.onnx"),
+                                     [TensorSpec("data", [batch, 3, 4])], [StateSpec("h", [batch, 1, 4])],
+                                     [TensorSpec("output", [batch, 3, 4])], exporter="auto")
     assert list(tmp_path.iterdir()) == []
 
 
