@@ -261,8 +261,11 @@ def test_hypotheses_leaking_into_each_other_refused(tmp_path):
 
     def leaky(frame, out):  # every row also sees the batch's mean: fine in PyTorch's batch, wrong in RASR's
         return model.score(frame, out + out.mean(0, keepdim=True))
-    err = _refused(tmp_path, rnnt_job(model, feat, score=leaky, module=model))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    err = _refused(tmp_path, rnnt_job(model, feat, score=leaky, module=model))  # every graph exported, then refused
     assert err.rule == "rows independent" and err.graph == "scorer"
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before) and not model.training  # the model as it was
 
 
 def test_loader_emulation_names_graph_tensor_rule(rnnt):

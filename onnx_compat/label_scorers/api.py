@@ -22,15 +22,14 @@ import onnx
 import torch
 
 from onnx_compat.parts import export_parts
-from onnx_compat.parts.part import batch_axis
-from onnx_compat.pipeline.adapter import flatten
-from onnx_compat.spec import TensorSpec, make_inputs
+from onnx_compat.spec import TensorSpec
 
 from . import checks, config, loader
 from .backends import RasrEmulator, TorchCallables
 from .graphs import Callables, build, with_steps
 from .proof import prove
 from .rasr_specs import KINDS, STATEFUL
+from .rehearsal import rehearse, utterance_lengths
 
 CONFIG_FILE, REPORT_FILE = "label-scorer.config", "report.json"
 FRAMES_EXAMPLE = 16  # the decoder graphs' export example of encoder frames; the proof's long utterance has 4x
@@ -107,7 +106,7 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     if kind in STATEFUL:
         checks.check_states(states, batch, updater_states, scorer_states)
     fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
-    uses_length = _rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
+    uses_length = rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
                             scores, history, batch, seed)
     parts, maps = build(kind, fns, features, encoder_dim, states, updater_states, scorer_states, len(vocabulary),
                         scores == "log-probs", history, batch, uses_length)
@@ -118,7 +117,7 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
                                uses_encoder_lengths={g: v for g, v in uses_length.items()})
     torch_scorer = TorchCallables(kind, fns.as_dict(), states, updater_states, scorer_states, batch,
                                   scores == "log-probs", uses_length, history, start_label)
-    lengths = _utterance_lengths(fns, features, utterances)
+    lengths = utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE)
 
     def rasr_loads_and_decodes(protos: Dict[str, onnx.ModelProto]) -> None:
         values = config.parse(text)
@@ -169,91 +168,3 @@ def _write_text(path: str, text: str) -> None:
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(tmp, path)
-
-
-def _example(features: TensorSpec, batch: int, time_: int, seed: int):
-    sizes = {features.dims[0].name: batch, features.dims[1].name: time_}
-    feeds = make_inputs([features], sizes, seed=seed)
-    x = feeds[features.name]
-    n = feeds[features.onnx_names[1]] if features.lengths else torch.full((batch,), time_, dtype=torch.int32)
-    return x, n
-
-
-def _example_time(features: TensorSpec) -> int:
-    dim = features.dims[1]
-    return dim.example or max(37, 2 * dim.min)
-
-
-def _rehearse(kind, fns: Callables, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
-              convention, history, batch, seed) -> Dict[str, bool]:
-    """The callables run once as the graphs will call them; returns which read the encoder lengths."""
-    hyps = 3
-    with torch.no_grad():
-        x, n = _example(features, 2, _example_time(features), seed)
-        frames, _ = fns.encoder(x, n)
-        if frames.dim() != 3 or frames.shape[0] != 2 or frames.shape[2] != encoder_dim:
-            raise checks.LabelScorerError(f"the encoder returned {list(frames.shape)} for {list(x.shape)}; declared "
-                                          f"[B, T', encoder_dim={encoder_dim}]", graph="encoder",
-                                          tensor="encoder_states", rule="encoder frames [B, T', E]")
-        e1 = frames[:1]
-        n1 = torch.tensor([frames.shape[1]], dtype=torch.int32)
-        token = torch.arange(1, hyps + 1) % len(vocabulary)
-        frame = e1[:, -1].expand(hyps, -1)
-        uses = {}
-        if kind in STATEFUL:
-            init_args = (e1, n1) if kind == "stateful" else ()
-            first = flatten(fns.initial(*init_args))
-            checks.check_state_values("state-initializer", first, states, batch, 1)
-            tiled = {s.name: torch.cat([v] * hyps, dim=batch_axis(s, batch)) for s, v in zip(states, first)}
-            upd = [tiled[name] for name in updater_states]
-            enc_args = (e1.expand(hyps, -1, -1), n1.expand(hyps)) if kind == "stateful" else ()
-            new = flatten(fns.update(token, *enc_args, *upd))
-            checks.check_state_values("state-updater", new, states, batch, hyps)
-            named = dict(zip([s.name for s in states], new))
-            sc = [named[name] for name in scorer_states]
-            scores = fns.score(*(sc if kind == "stateful" else [frame] + sc))
-            if kind == "stateful":
-                uses = {"state-initializer": checks.probe_lengths(fns.initial, e1, n1),
-                        "state-updater": checks.probe_lengths(fns.update, *enc_args, token, *upd)}
-        elif kind == "fixed-context":
-            scores = fns.score(frame, torch.stack([token] * history, 1))
-        else:
-            scores = fns.score(frame)
-        checks.check_scores(scores, hyps, vocabulary, convention)
-    return uses
-
-
-def _utterance_lengths(fns: Callables, features: TensorSpec, utterances) -> List[int]:
-    if utterances is not None:
-        return [int(n) for n in utterances]
-    example = _example_time(features)
-    return [example, _long(fns, features, 4 * example), _one_frame(fns, features)]
-
-
-def _frames(fns: Callables, features: TensorSpec, n: int) -> int:
-    with torch.no_grad():
-        frames, _ = fns.encoder(torch.zeros(1, n, features.dims[2]), torch.tensor([n], dtype=torch.int32))
-    return frames.shape[1]
-
-
-def _long(fns: Callables, features: TensorSpec, n: int) -> int:
-    """At least four times the encoder's export example in feature frames, and four times the decoder graphs'
-    example in encoder frames."""
-    while _frames(fns, features, n) < 4 * FRAMES_EXAMPLE:
-        n *= 2
-    return n
-
-
-def _one_frame(fns: Callables, features: TensorSpec) -> int:
-    """The fewest feature frames that give one encoder frame (the encoder may refuse fewer)."""
-    for n in range(max(1, features.dims[1].min), 257):
-        try:
-            frames = _frames(fns, features, n)
-        except Exception:  # noqa: BLE001 - too short for this encoder: try one more frame
-            continue
-        if frames == 1:
-            return n
-        if frames > 1:
-            break
-    raise checks.LabelScorerError("no utterance length gives exactly one encoder frame; pass utterances=",
-                                  graph="encoder", rule="one-frame utterance")
