@@ -24,7 +24,8 @@ PACKAGE = os.path.dirname(os.path.abspath(onnx_compat.__file__))
 ROOT = os.path.dirname(PACKAGE)
 # What the pipeline and the patches must never import: the layers built on them.
 ABOVE = ("onnx_compat.quantization", "onnx_compat.contracts", "onnx_compat.diagnosis", "onnx_compat.streaming",
-         "onnx_compat.huggingface", "onnx_compat.deploy", "onnx_compat.api", "cli")
+         "onnx_compat.huggingface", "onnx_compat.parts", "onnx_compat.label_scorers", "onnx_compat.deploy",
+         "onnx_compat.api", "cli")
 BELOW = ("onnx_compat.pipeline", "onnx_compat.patches")
 
 
@@ -75,9 +76,11 @@ def import_graph() -> Dict[str, Set[str]]:
 
 
 def layer(module: str) -> str:
-    """A module's layer: its subpackage or top-level module; every command-line module is the one layer "cli"."""
+    """A module's layer: its subpackage or top-level module; every command-line module (``cli.py``, ``command.py``,
+    ``verbs/``, each layer's ``cli.py``) is the one layer "cli"."""
     parts = module.split(".")
-    if module in ("onnx_compat.cli", "onnx_compat.command") or (len(parts) > 2 and parts[-1] == "cli"):
+    if module in ("onnx_compat.cli", "onnx_compat.command") or parts[:2] == ["onnx_compat", "verbs"] \
+            or (len(parts) > 2 and parts[-1] == "cli"):
         return "cli"
     return ".".join(parts[:2])
 
@@ -128,11 +131,20 @@ def test_no_arrow_from_the_pipeline_or_the_patches_up():
     assert arrows == []
 
 
+def test_no_circle_between_layers():
+    edges: Dict[str, Set[str]] = {}
+    for module, targets in import_graph().items():
+        for target in targets:
+            if layer(module) != layer(target):
+                edges.setdefault(layer(module), set()).add(layer(target))
+    assert _cycles(edges) == []
+
+
 def test_a_plain_export_loads_no_feature_above_the_pipeline(tmp_path):
     """What the source says, as Python runs it: an export that asks for no deployment step (and does not fail)
     loads no consumer, quantization, diagnosis, streaming, checkpoint support or CLI."""
     features = tuple(a for a in ABOVE if a not in ("cli", "onnx_compat.deploy", "onnx_compat.api")) + \
-        ("onnx_compat.cli", "onnx_compat.command")
+        ("onnx_compat.cli", "onnx_compat.command", "onnx_compat.verbs")
     code = ("import json, sys, torch, onnx_compat; from onnx_compat import Dim, TensorSpec; "
             "onnx_compat.export(torch.nn.Linear(6, 4), sys.argv[1], [TensorSpec('x', [Dim('batch'), 6])], "
             "[TensorSpec('y', [Dim('batch'), 4])], exporter='torchscript'); "

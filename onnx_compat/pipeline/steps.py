@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
-from onnx_compat.errors import OnnxCompatError
+from onnx_compat.errors import ArgumentError
 
 if TYPE_CHECKING:  # the hooks' argument types; the pipeline imports this module, not the reverse
     import onnx
@@ -40,8 +40,11 @@ if TYPE_CHECKING:  # the hooks' argument types; the pipeline imports this module
     from onnx_compat.pipeline.request import ExportRequest
 
 
-class StepError(OnnxCompatError, ValueError):
-    """Steps that cannot run together (two with one name, two that each write the model)."""
+class StepError(ArgumentError):
+    """``steps=`` that cannot run together (two with one name, two that each write the model, not a ``Step``)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, argument="steps")
 
 
 class Step:
