@@ -208,6 +208,13 @@ def test_named_files_and_links_exist(page):
     assert not missing, "named but not there:\n" + "\n".join(missing)
 
 
+def test_contributing_names_every_test_file():
+    """CONTRIBUTING's table of test files has a row for each, so a new area is described where people look."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    unnamed = [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if f"`{p.name}`" not in text]
+    assert not unnamed, f"CONTRIBUTING.md's 'What each test file covers' lacks {unnamed}"
+
+
 def test_readme_names_every_cli_verb():
     """The README's one-line list of verbs is the CLI's verb table."""
     from onnx_compat.cli import VERBS
