@@ -115,7 +115,8 @@ class RasrEmulator(Scorer):
                 for b in range(batch)]
 
     def _initial(self):
-        return self._state_outputs("state-initializer", self._run("state-initializer", self._encoder_feeds("state-initializer")), 1)[0]
+        out = self._run("state-initializer", self._encoder_feeds("state-initializer"))
+        return self._state_outputs("state-initializer", out, 1)[0]
 
     def _update(self, tokens: List[int], parents: List[Dict[str, np.ndarray]]):
         feeds = {**self._encoder_feeds("state-updater"), **self._state_inputs("state-updater", parents)}
@@ -127,7 +128,7 @@ class RasrEmulator(Scorer):
 
     def _score(self, states, t: int) -> np.ndarray:
         m = self.maps["scorer"]
-        feeds = {} if self.kind == "fixed-context" else self._state_inputs("scorer", states) if self.kind in STATEFUL else {}
+        feeds = self._state_inputs("scorer", states) if self.kind in STATEFUL else {}
         if "input-feature" in m:
             feeds[m["input-feature"]] = self.enc[0, t][None]
         if self.kind == "fixed-context":

@@ -55,9 +55,9 @@ def prove(kind: str, rasr, torch_scorer, utterances: Sequence[np.ndarray], beam:
             want = decode(torch_scorer, kind, frames, search, blank, sentence_end, max_symbols, labels_per_frame)
             where = f"{search['name']}, {features.shape[1]} feature frames ({frames} encoder frames)"
             if got.labels != want.labels:
-                raise DecodeMismatch(f"{where}: the graphs called as RASR calls them decode {list(got.labels)}, "
-                                     f"PyTorch {list(want.labels)}", graph="scorer", tensor="scores",
-                                     rule="decode as PyTorch")
+                raise DecodeMismatch(f"{where}: the graphs called as RASR calls them decode {list(got.labels)} "
+                                     f"(cost {got.cost:.6f}), PyTorch {list(want.labels)} (cost {want.cost:.6f})",
+                                     graph="scorer", tensor="scores", rule="decode as PyTorch")
             if abs(got.cost - want.cost) > atol * (1 + len(want.labels)):
                 raise DecodeMismatch(f"{where}: cost {got.cost:.6f} through the graphs, {want.cost:.6f} in PyTorch",
                                      graph="scorer", tensor="scores", rule="decode as PyTorch")
