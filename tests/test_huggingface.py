@@ -327,3 +327,13 @@ def test_a_size_of_a_dim_no_input_has_is_a_usage_error(tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("onnx-compat")]
     assert len(err) == 1 and "no input has a dim named 'frames'" in err[0], err
     assert _nothing_written(out)
+
+
+def test_loading_a_checkpoint_prints_no_progress_bars(tmp_path, capfd):
+    """transformers' weight-loading bars are carriage-return lines that fill a log on a pipe: kept off."""
+    folder = tiny.checkpoint(tmp_path / "c", "wav2vec2", "ctc")
+    capfd.readouterr()
+    from_pretrained_dir(folder)
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "it/s]" not in err, err
+    assert T.utils.logging.is_progress_bar_enabled(), "the progress bar setting was not put back"

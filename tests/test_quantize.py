@@ -329,3 +329,17 @@ def test_top1_on_a_classifier_output_by_default(tmp_path):
     got = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
     ref = np.array([[0.2, 0.8], [0.4, 0.6], [0.1, 0.9]])
     assert Top1Agreement().score(got, ref, np.ones_like(ref, dtype=bool)) == pytest.approx(2 / 3)
+
+
+def test_onnx_runtimes_advice_to_pre_process_is_kept_off_the_terminal(exported, tmp_path, caplog, capfd):
+    """quantize_static/quantize_dynamic log 'Please consider to run pre-processing' on every call; we leave
+    pre-processing out on purpose, so it is dropped where we call them, and the root logger is left as it was."""
+    job, path, report = exported["blstm"]
+    caplog.set_level(logging.WARNING)
+    handlers = logging.getLogger().handlers[:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", report=report,
+                     out=str(tmp_path / "q.onnx"))
+    assert "pre-processing" not in caplog.text and "pre-processing" not in capfd.readouterr().err
+    assert logging.getLogger().handlers == handlers and not any("pre-processing" in m for m in q.messages), q.messages

@@ -716,3 +716,16 @@ def test_messages_name_what_the_user_got_wrong(tmp_path):
     message = str(raised.value)
     assert "right_context=5" in message and "chunk" in message and "shift" not in message, message
     assert not os.listdir(tmp_path)
+
+
+def test_rasr_check_recognises_state_metadata(tmp_path):
+    """inspect's RASR check of a streaming step: inputs paired by STATE_<input> metadata are fed by RASR from
+    the previous call's output, not unmapped inputs; a STATE_ entry naming no output is a finding."""
+    from onnx_compat.contracts.rasr import check_rasr
+    path, _ = _export(tmp_path, _InPlaceStep().eval().step, [StateSpec("previous", [B, 1, F_IN])])
+    findings = check_rasr(path, features_size=None).findings
+    assert not any("previous" in f for f in findings), findings
+    proto = onnx.load(path)
+    next(p for p in proto.metadata_props if p.key == "STATE_previous").value = "nowhere"
+    findings = check_rasr(proto, features_size=None).findings
+    assert any("'STATE_previous' names output 'nowhere'" in f for f in findings), findings

@@ -33,6 +33,12 @@ class RasrCheck:
         return {"ok": self.ok, "findings": self.findings, "roles": self.roles()}
 
 
+def _state_pairs(proto: onnx.ModelProto) -> dict:
+    """RASR's stateful-model convention (``STATE_<input>`` = ``<output>`` in the metadata, which streaming
+    exports write): each such input is fed from its paired output of the previous call, not via io-map."""
+    return {p.key[len("STATE_"):]: p.value for p in proto.metadata_props if p.key.startswith("STATE_")}
+
+
 def _batch_ok(dim) -> bool:
     return isinstance(dim, str) or dim == 1
 
@@ -84,9 +90,17 @@ def check_rasr(model: Union[str, os.PathLike, onnx.ModelProto], features: str = 
             if len(size["dims"]) != 1 or not isinstance(size["dims"][0], str):
                 f.append(f"features-size {features_size!r}: must be [B] with B symbolic, is {size['dims']}")
     mapped = {features, features_size}
+    states = _state_pairs(proto)
+    for name, paired in states.items():
+        if name not in inputs:
+            f.append(f"metadata 'STATE_{name}' names input {name!r}, which the graph does not have")
+        elif paired not in outputs:
+            f.append(f"state {name!r}: metadata 'STATE_{name}' names output {paired!r}, which the graph does not "
+                     f"have (outputs: {list(outputs)})")
     for name in inputs:
-        if name not in mapped:
-            f.append(f"input {name!r} is not mapped (io-map) and RASR never feeds unmapped inputs")
+        if name not in mapped and name not in states:
+            f.append(f"input {name!r} is not mapped (io-map), nor a state (STATE_{name} metadata), and RASR never "
+                     "feeds unmapped inputs")
 
     out = outputs.get(output)
     if out is None:

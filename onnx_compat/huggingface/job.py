@@ -194,13 +194,20 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
 
 @contextmanager
 def _quiet(transformers):
+    """transformers' load report (a table repeating what our error says) and its weight-loading progress bars
+    (carriage-return lines that fill a log when stderr is a pipe) off while we load; both put back after."""
     logging = transformers.utils.logging
     level = logging.get_verbosity()
+    bars = getattr(logging, "is_progress_bar_enabled", lambda: False)()
     logging.set_verbosity_error()
+    if bars:
+        logging.disable_progress_bar()
     try:
         yield
     finally:
         logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def _first_line(exc: BaseException) -> str:

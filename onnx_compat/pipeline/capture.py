@@ -133,13 +133,35 @@ class TorchScript:
 
     def _export(self, request: Request, target, export_params: bool) -> None:
         axes = dims.wanted_dynamic(list(request.inputs) + list(request.outputs))
-        torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
-                          output_names=dims.onnx_names(request.outputs),
-                          dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,
-                          do_constant_folding=True, export_params=export_params, **_TORCHSCRIPT)
+        with _onnx_log_kept_from_stderr():
+            torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
+                              output_names=dims.onnx_names(request.outputs),
+                              dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,
+                              do_constant_folding=True, export_params=export_params, **_TORCHSCRIPT)
 
     def locate(self, exc: BaseException, request: Request) -> dict:
         return {"scope": failure_site.torchscript_scope(exc, request.model, request.args)}
+
+
+@contextlib.contextmanager
+def _onnx_log_kept_from_stderr():
+    """The TorchScript exporter's own log off stderr. torch 2.13's ``setup_onnx_logging`` tests the function
+    ``_C._jit_is_onnx_log_enabled`` instead of calling it, so the log is switched on by every export and
+    never off: a failed attempt then dumps its whole IR graph ("Torch IR graph at exception: ...", hundreds
+    of lines) during auto's fallback, although the error already says what failed. Its Python calls go
+    nowhere here and the switch is put back as it was."""
+    c = torch._C
+    log, enabled = getattr(c, "_jit_onnx_log", None), getattr(c, "_jit_is_onnx_log_enabled", None)
+    if log is None or enabled is None:
+        yield
+        return
+    was = bool(enabled())
+    c._jit_onnx_log = lambda *args: None
+    try:
+        yield
+    finally:
+        c._jit_onnx_log = log
+        c._jit_set_onnx_log_enabled(was)
 
 
 def _graph_module():

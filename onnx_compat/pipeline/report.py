@@ -7,6 +7,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
 
+def duration(seconds: float) -> str:
+    """Seconds as a terminal line shows them: under 0.1 s in milliseconds, so that a call of OpenVINO or ONNX
+    Runtime (a few hundred microseconds) does not read "0.00s"."""
+    return f"{seconds * 1e3:.3g} ms" if 0 <= seconds < 0.1 else f"{seconds:.2f}s"
+
+
 @dataclass
 class Attempt:
     exporter: str
@@ -125,7 +131,7 @@ class Report:
             lines.append(f"degenerate  {self.degenerate}")
         lines += [f"openvino    {line}" for line in self.openvino]
         lines += self._deployment_lines()
-        lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        lines.append("time        " + ", ".join(f"{k} {duration(v)}" for k, v in self.timings.items()))
         lines += self._memory_lines()
         return "\n".join(lines)
 

@@ -26,7 +26,7 @@ import onnx
 import torch
 
 from ..spec import TensorSpec
-from . import exclusion, latency, measures as measures_mod, recipes, verify_approx
+from . import exclusion, latency, logs, measures as measures_mod, recipes, verify_approx
 from ..pipeline.files import check_writable, content_hash, write_atomically
 from ..pipeline.report import Report
 from .calibration import FeedsReader, calibration_feeds
@@ -223,8 +223,11 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
     made = os.path.join(work, f"{recipe.name}.onnx")
     reader = FeedsReader(job["feeds"]) if recipe.calibrated else None
 
+    messages: List[str] = []
+
     def make(exclude: Sequence[str]) -> None:
-        recipe.make(float_path, made, exclude=exclude, calibration=None if reader is None else reader.rewind())
+        with logs.captured(messages):  # ONNX Runtime's advice to pre-process, on every call: see logs.py
+            recipe.make(float_path, made, exclude=exclude, calibration=None if reader is None else reader.rewind())
 
     def check():
         return verify_approx.measure(verify_approx.runner(made), cases, references, outputs, chosen)
@@ -247,7 +250,8 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
     calibrated = job["calibration"] if recipe.calibrated else None
     report = QuantReport(recipe.name, getattr(recipe, "about", ""), calibration=calibrated,
                          measures={o: [f"{m.name} >= {m.threshold:g}" for m in ms] for o, ms in chosen.items()},
-                         verification=result.to_dict(), excluded=[c.to_dict() for c in excluded], timings=timings)
+                         verification=result.to_dict(), excluded=[c.to_dict() for c in excluded], timings=timings,
+                         messages=messages)
     size, float_size = os.path.getsize(made), os.path.getsize(float_path)
     report.bytes = {"float": float_size, "quantized": size, "ratio": round(size / float_size, 4)}
     if excluded:

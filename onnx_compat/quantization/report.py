@@ -5,6 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
+from ..pipeline.report import duration
+
 
 @dataclass
 class QuantReport:
@@ -23,6 +25,7 @@ class QuantReport:
     latency: Optional[dict] = None
     float_weights: Optional[float] = None  # share of the weight values still float32 in the model written
     warnings: List[str] = field(default_factory=list)  # slower than float, most weights left in float
+    messages: List[str] = field(default_factory=list)  # what ONNX Runtime's tools logged (logs.py), once each
     timings: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -62,5 +65,6 @@ class QuantReport:
         if self.float_weights is not None:
             lines.append(f"float32     {self.float_weights:.0%} of the weight values")
         lines += [f"warning     {w}" for w in self.warnings]
-        lines.append("time        " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        lines += [f"ort logged  {m}" for m in self.messages]
+        lines.append("time        " + ", ".join(f"{k} {duration(v)}" for k, v in self.timings.items()))
         return "\n".join(lines)
