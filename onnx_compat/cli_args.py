@@ -1,8 +1,8 @@
 """What several verbs read from their command line, checked before any work starts.
 
 Below every CLI module (``cli.py``, ``verbs/``, ``streaming/cli.py``,
-``quantization/cli.py``, ``huggingface/cli.py``): they import this, never
-each other, so a verb's layer never imports the command that dispatches it.
+``quantization/cli.py``, ``label_scorers/cli.py``): they import this, never
+``cli.py``, so a verb's layer never imports the command that dispatches it.
 Every problem here is a ``UsageError`` naming the option (exit code 2).
 """
 from __future__ import annotations

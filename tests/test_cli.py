@@ -153,6 +153,15 @@ def test_the_verbs_import_no_cli_above_them():
             "print(sorted(m for m in sys.modules if m == 'onnx_compat.cli'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+    import pathlib
+    import re
+    package = pathlib.Path(__import__("onnx_compat").__file__).parent
+    upward = re.compile(r"(from onnx_compat(\.cli)? import (cli\b|main\b|_parser))|(from onnx_compat\.cli import)|"
+                        r"(import onnx_compat\.cli\b)")
+    importers = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                       if p.name != "cli.py" or p.parent != package
+                       if upward.search(p.read_text(encoding="utf-8")))
+    assert importers == [], f"these import the top CLI: {importers}"
 
 
 def test_console_script_runs_as_a_process(tmp_path):

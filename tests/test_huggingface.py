@@ -19,7 +19,8 @@ if not transformers.utils.is_torch_available():
 
 from onnx_compat.huggingface import (COVERED, ConfigError, HFError, PreprocessorError, TaskError,  # noqa: E402
                                      UncoveredModelError, WeightsError, from_pretrained_dir)
-from onnx_compat.huggingface import cli, files, tiny  # noqa: E402
+from onnx_compat.cli import main  # noqa: E402
+from onnx_compat.huggingface import files, tiny  # noqa: E402
 
 from helpers import HAS_DYNAMO  # noqa: E402
 
@@ -103,13 +104,20 @@ def _hf_outputs(folder, task, batch, takes_mask):
     return [getattr(out, a).numpy() for a in attrs], lengths
 
 
+def _export(*argv):
+    """``onnx-compat export ARGV``'s report (errors raised)."""
+    from onnx_compat.cli import _parser
+    from onnx_compat.verbs.export import export_from
+    return export_from(_parser("export").parse_args(["export", *argv]))
+
+
 @pytest.mark.parametrize("model_type,task,exporter,options", CASES)
 def test_hf_checkpoint_exports_and_matches_transformers_on_a_padded_batch(tmp_path, model_type, task, exporter,
                                                                          options):
     folder = tiny.checkpoint(tmp_path / "ckpt", model_type, task, **options)
     out = tmp_path / "onnx" / "model.onnx"
     out.parent.mkdir()
-    report = cli.run([f"hf:{folder}", "--task", task, "--out", str(out), "--exporter", exporter])
+    report = _export(f"hf:{folder}", "--task", task, "--out", str(out), "--exporter", exporter)
 
     # the pipeline verified it at shapes the export never saw, B=1 among them
     checked = [v["sizes"] for v in report.verification]
@@ -165,7 +173,7 @@ def test_the_written_folder_loads_as_a_runtime_loads_it(tmp_path):
     folder = tiny.checkpoint(tmp_path / "ckpt", "wav2vec2", "ctc", tokenizer=True)
     out = tmp_path / "deploy" / "model.onnx"
     out.parent.mkdir()
-    assert cli.main([f"hf:{folder}", "--out", str(out), "--exporter", "torchscript"]) == 0  # task from the config
+    assert main(["export", f"hf:{folder}", "--out", str(out), "--exporter", "torchscript"]) == 0  # task from the config
     audio = _audio([4000, 2500])
     expected = _transformers_transcripts(folder, audio)
     shutil.rmtree(folder)
@@ -210,7 +218,7 @@ def test_a_folder_without_config_is_refused(tmp_path, capsys):
     with pytest.raises(ConfigError, match="has no config.json") as info:
         from_pretrained_dir(tmp_path / "empty", "ctc")
     assert info.value.folder == str(tmp_path / "empty") and info.value.model_type is None
-    assert cli.main([f"hf:{tmp_path / 'empty'}", "--task", "ctc", "--out", str(out / "m.onnx")]) == 1
+    assert main(["export", f"hf:{tmp_path / 'empty'}", "--task", "ctc", "--out", str(out / "m.onnx")]) == 1
     err = capsys.readouterr().err  # a failed export (docs/cli.md): exit 1, the class name, one line
     assert err.startswith("onnx-compat: ConfigError: ") and len(err.strip().splitlines()) == 1, err
     assert _nothing_written(out)
@@ -230,10 +238,10 @@ def test_cli_hf_failures_exit_1_with_the_class_name(tmp_path, capsys):
         tmp_path / "bert")
     out = tmp_path / "out"
     out.mkdir()
-    assert cli.main([f"hf:{tmp_path / 'bert'}", "--out", str(out / "m.onnx")]) == 1
+    assert main(["export", f"hf:{tmp_path / 'bert'}", "--out", str(out / "m.onnx")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("onnx-compat: UncoveredModelError: ") and "export()" in err and len(err.splitlines()) == 1
-    assert cli.main([f"hf:{tmp_path / 'bert'}", "--out", str(out / "m.onnx"), "--json", str(out / "no" / "r.json")]) == 2
+    assert main(["export", f"hf:{tmp_path / 'bert'}", "--out", str(out / "m.onnx"), "--json", str(out / "no" / "r.json")]) == 2
     assert "--json" in capsys.readouterr().err and _nothing_written(out)
 
 
@@ -274,7 +282,7 @@ def test_a_failed_export_writes_neither_the_model_nor_the_files(tmp_path):
     folder = tiny.checkpoint(tmp_path / "c", "unispeech", "ctc", tokenizer=True)
     out = tmp_path / "out"
     out.mkdir()
-    code = cli.main([f"hf:{folder}", "--task", "ctc", "--out", str(out / "m.onnx"), "--exporter", "torchscript",
+    code = main(["export", f"hf:{folder}", "--task", "ctc", "--out", str(out / "m.onnx"), "--exporter", "torchscript",
                      "--atol", "0", "--rtol", "0"])  # no float model meets a zero tolerance: verification fails
     assert code == 1 and _nothing_written(out), os.listdir(out)
 
@@ -287,7 +295,7 @@ def test_two_checkpoints_never_mix_their_runtime_files_in_one_folder(tmp_path):
     second = tiny.checkpoint(tmp_path / "wavlm", "wavlm", "ctc")
     out = tmp_path / "mix"
     out.mkdir()
-    assert cli.main([f"hf:{first}", "--out", str(out / "w.onnx"), "--exporter", "torchscript"]) == 0
+    assert main(["export", f"hf:{first}", "--out", str(out / "w.onnx"), "--exporter", "torchscript"]) == 0
     before = {n: (out / n).read_bytes() for n in os.listdir(out)}
     from onnx_compat.huggingface import FolderError, export_pretrained
     with pytest.raises(FolderError, match="another model's runtime files") as raised:
@@ -307,14 +315,14 @@ def test_an_unwritable_output_folder_is_one_line_without_temporary_names(tmp_pat
         raise PermissionError(13, "Permission denied", target)
     monkeypatch.setattr(files.shutil, "copyfile", refused)  # a folder that takes the model but not the files
     capsys.readouterr()
-    assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx"), "--exporter", "torchscript"]) == 2
+    assert main(["export", f"hf:{folder}", "--out", str(out / "m.onnx"), "--exporter", "torchscript"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("onnx-compat")]  # not tqdm's
     assert len(err) == 1 and err[0].startswith("onnx-compat: usage error: cannot write "), err
     assert str(out / "config.json") in err[0] and ".onnx_compat_" not in err[0] and _nothing_written(out)
     if os.geteuid() != 0:  # root writes into any folder
         monkeypatch.undo()
         out.chmod(0o500)
-        assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx")]) == 2
+        assert main(["export", f"hf:{folder}", "--out", str(out / "m.onnx")]) == 2
         assert "is not writable" in capsys.readouterr().err
 
 
@@ -323,7 +331,7 @@ def test_a_size_of_a_dim_no_input_has_is_a_usage_error(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     capsys.readouterr()
-    assert cli.main([f"hf:{folder}", "--out", str(out / "m.onnx"), "--size", "frames=100"]) == 2
+    assert main(["export", f"hf:{folder}", "--out", str(out / "m.onnx"), "--size", "frames=100"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("onnx-compat")]
     assert len(err) == 1 and "no input has a dim named 'frames'" in err[0], err
     assert _nothing_written(out)

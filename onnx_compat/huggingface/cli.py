@@ -3,14 +3,13 @@
 ``add_arguments`` adds ``--task`` (and ``--no-files``) to the ``export`` verb's
 parser and ``export_hf`` runs an export whose source is ``hf:DIR``; the verb
 (``onnx_compat/verbs/export.py``) checks every option first, as for a
-factory. ``python -m onnx_compat.huggingface.cli hf:DIR ...`` is the same as
-``onnx-compat export hf:DIR ...`` (the same parser, exit codes and messages).
+factory, and prints the report. This layer has no command of its own (it had
+one, with other exit codes): ``onnx-compat export hf:DIR ...``.
 """
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import List, Optional
+from typing import Optional
 
 from .families import TASK_NAMES
 
@@ -34,21 +33,3 @@ def export_hf(source: str, out: str, task: Optional[str], *, copy_files: bool = 
     from .job import export_pretrained
     folder = source[len(PREFIX):] if is_hf_source(source) else source
     return export_pretrained(folder, out, task, copy_files=copy_files, **export_kwargs)
-
-
-def run(argv: Optional[List[str]] = None):
-    """``export hf:DIR ...`` without the verb; the ``Report`` (errors raised)."""
-    from onnx_compat.cli import _parser
-    from onnx_compat.verbs.export import export_from
-    return export_from(_parser("export").parse_args(["export", *(sys.argv[1:] if argv is None else argv)]))
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``onnx-compat export`` with ``argv`` after the verb: the one command line's exit codes."""
-    from onnx_compat.cli import main as cli_main
-    return cli_main(["export", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    from onnx_compat.command import run_command
-    sys.exit(run_command(main))
