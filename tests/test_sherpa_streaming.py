@@ -134,3 +134,24 @@ def test_graphs_sherpa_onnx_would_misread_are_refused_before_writing(change, wha
 def test_unknown_streaming_contract(tmp_path):
     with pytest.raises(ContractError, match="online-nemo-ctc"):
         _export(tmp_path, contract="sherpa-onnx/online-wenet")
+
+
+def test_what_the_derived_cache_dims_prevent(tmp_path):
+    """The cache dims sherpa-onnx builds its initial states from, typed the wrong way round (time's for channel's:
+    what hand-stringified metadata invites), make the recognizer process fail on the first chunk."""
+    pytest.importorskip("sherpa_onnx", reason="sherpa-onnx is not installed (pip install sherpa-onnx)")
+    from onnx_compat.contracts import ConsumerMismatch
+    from onnx_compat.contracts.consumers import run_child
+    from onnx_compat.contracts.sherpa_stream_consumers import _ONLINE
+    _export(tmp_path)
+    proto = onnx.load(str(tmp_path / "model.onnx"))
+    meta = {p.key: p for p in proto.metadata_props}
+    for a in (1, 2, 3):
+        channel, time_cache = meta[f"cache_last_channel_dim{a}"], meta[f"cache_last_time_dim{a}"]
+        channel.value, time_cache.value = time_cache.value, channel.value
+    onnx.save(proto, str(tmp_path / "swapped.onnx"))
+    wav = str(tmp_path / "a.wav")
+    frontends.write_wav(wav, frontends.utterances((1.0,), seed=1)[0])
+    with pytest.raises(ConsumerMismatch, match="exit code"):
+        run_child(_ONLINE, [str(tmp_path / "swapped.onnx"), str(tmp_path / "tokens.txt"), "80", "16000", wav],
+                  "sherpa-onnx")

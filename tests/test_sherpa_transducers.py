@@ -182,3 +182,23 @@ def test_encoder_lengths_past_its_frames_are_refused_before_writing(tmp_path):
         export_transducer(parts, str(tmp_path / "model"), contract=OFFLINE, vocabulary=st.vocabulary(),
                           exporter="torchscript")
     assert os.listdir(tmp_path) == []
+
+
+def test_what_the_context_size_check_prevents(tmp_path):
+    """Written with a context_size the decoder does not have (what the contract refuses before writing),
+    sherpa-onnx builds a decoder input of the wrong width and the recognizer process fails."""
+    _needs_sherpa()
+    import onnx
+    from onnx_compat.contracts import ConsumerMismatch
+    from onnx_compat.contracts.sherpa_transducer import OFFLINE_TRANSDUCER
+    from onnx_compat.contracts.sherpa_transducer_consumers import OfflineTransducerPython
+    from onnx_compat.parts.transducer import _eager
+    parts, folder = st.offline_parts(st.bundled()), str(tmp_path / "model")
+    export_transducer(parts, folder, contract=OFFLINE, vocabulary=st.vocabulary(), exporter="torchscript",
+                      verify=False)
+    path = os.path.join(folder, "decoder.onnx")
+    proto = onnx.load(path)
+    next(p for p in proto.metadata_props if p.key == "context_size").value = "3"
+    onnx.save(proto, path)
+    with pytest.raises(ConsumerMismatch, match="exit code"):
+        OfflineTransducerPython().verify(folder, _eager(OFFLINE_TRANSDUCER, parts, (), None), st.vocabulary(), 80)
