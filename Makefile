@@ -19,13 +19,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q tests
 
-# A few files that touch every layer a little (patches, pipeline, CLI, docs, benchmarks index), under 2 minutes
-# with -n 2 on the project's machine: the lane to run while working; `make test` before landing.
+# A few files that touch every layer a little (patches, specs, report, files, inspect, errors and the CLI's usage
+# errors, the runtime layer, the docs' blocks, the benchmark index): the lane to run while working; `make test`
+# before landing. The tests that start fresh interpreters are left to `make test`.
 FAST := tests/test_padding.py tests/test_registry.py tests/test_spec.py tests/test_report.py tests/test_files.py \
-	tests/test_repair_inspect.py tests/test_testing.py tests/test_docs.py tests/test_benchmarks.py::test_the_benchmark_index_is_current
-# (the two tests that start fresh interpreters are left to make test)
+	tests/test_repair_inspect.py tests/test_testing.py tests/test_errors.py tests/test_runtime_layer.py \
+	tests/test_docs.py tests/test_benchmarks.py::test_the_benchmark_index_is_current
+FRESH := does_not_load_the_dynamo_exporter or seeds_do_not_depend_on_the_process or never_shadows_a_public_function
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -q $(FAST) -k "not does_not_load_the_dynamo_exporter and not seeds_do_not_depend_on_the_process"
+	$(PY) -m pytest -n 2 -q $(FAST) -k "not ($(FRESH))"
 
 # The larger property-based run of the conv patch (not in CI).
 test-fuzz: $(STAMP)
