@@ -208,6 +208,35 @@ def test_named_files_and_links_exist(page):
     assert not missing, "named but not there:\n" + "\n".join(missing)
 
 
+DOTTED = re.compile(r"`(onnx_compat(?:\.[A-Za-z_]\w*)+)")
+
+
+def _resolves(dotted: str) -> bool:
+    """``onnx_compat.a.b``: an attribute chain from the package, importing a submodule only where no attribute
+    of that name exists (so an old path's shim is never imported over a public function)."""
+    obj = importlib.import_module("onnx_compat")
+    for part in dotted.split(".")[1:]:
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif isinstance(obj, types.ModuleType):
+            try:
+                obj = importlib.import_module(f"{obj.__name__}.{part}")
+            except ImportError:
+                return False
+        else:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("page", NAMING_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_onnx_compat_names_exist(page):
+    """Every `onnx_compat.x.y` a page names in backticks is a module, class, function or attribute that exists."""
+    missing = [f"{page.relative_to(ROOT)}:{number}: {name}"
+               for number, line in enumerate(page.read_text().splitlines(), start=1)
+               for name in DOTTED.findall(line) if not _resolves(name)]
+    assert not missing, "named but not in the package:\n" + "\n".join(missing)
+
+
 def test_contributing_names_every_test_file():
     """CONTRIBUTING's table of test files has a row for each, so a new area is described where people look."""
     text = (ROOT / "CONTRIBUTING.md").read_text()
@@ -258,3 +287,9 @@ def test_imports_only_blocks_are_parsed_and_their_module_names_checked():
                              ("import json\njson.dumps(", "SyntaxError")):
         with pytest.raises(pytest.fail.Exception, match=expected):
             run_block(Block(ROOT / "x.md", 1, source, "imports-only"), {})
+
+
+def test_a_dotted_name_that_is_gone_is_found():
+    assert _resolves("onnx_compat.errors.OnnxCompatError") and _resolves("onnx_compat.export")
+    # the import docs/quantize.md once showed: onnx_compat.quantize is the function, not a module
+    assert not _resolves("onnx_compat.quantize.QuantizationError") and not _resolves("onnx_compat.no_such")
