@@ -155,3 +155,21 @@ def test_what_the_derived_cache_dims_prevent(tmp_path):
     with pytest.raises(ConsumerMismatch, match="exit code"):
         run_child(_ONLINE, [str(tmp_path / "swapped.onnx"), str(tmp_path / "tokens.txt"), "80", "16000", wav],
                   "sherpa-onnx")
+
+
+def test_a_fixed_window_declared_as_such_decodes_too(tmp_path):
+    """sherpa-onnx always feeds window_size frames: a window declared as that int (its count a separate int64
+    input, the outputs' frames an int too) is the same contract, and decodes like PyTorch."""
+    pytest.importorskip("sherpa_onnx", reason="sherpa-onnx is not installed (pip install sherpa-onnx)")
+    pytest.importorskip("kaldi_native_fbank", reason="kaldi-native-fbank is not installed")
+    from onnx_compat import Dim, TensorSpec
+    job = streaming_ctc_job()
+    model, batch = job["step"], Dim("batch")
+    report = _export(tmp_path, inputs=[TensorSpec("audio_signal", [batch, 80, model.window]),
+                                       TensorSpec("length", [batch], torch.int64, values=(model.window,
+                                                                                          model.window + 1))],
+                     outputs=[TensorSpec("log_probs", [batch, model.chunk, 17]),
+                              TensorSpec("log_probs_len", [batch], torch.int64)])
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    assert graph.input[0].type.tensor_type.shape.dim[2].dim_value == model.window
+    assert [c["ok"] for c in report.contract["consumer_checks"]] == [True, True], report.contract

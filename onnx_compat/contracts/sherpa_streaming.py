@@ -132,12 +132,12 @@ _STATE = "N:batch D1:static D2:static D3:static"
 ONLINE_NEMO_CTC = Contract(
     name="sherpa-onnx/online-nemo-ctc",
     consumer="sherpa-onnx (streaming NeMo CTC: OnlineRecognizer.from_nemo_ctc, sherpa-onnx --nemo-ctc-model)",
-    inputs=(Port("features", "float", axes("N:batch C:static T:dynamic")),
+    inputs=(Port("features", "float", axes("N:batch C:static T:any")),  # symbolic, or window_size itself
             Port("window length", "int64", axes("N:batch")),
             Port("cache_last_channel", "float", axes(_STATE)),
             Port("cache_last_time", "float", axes(_STATE)),
             Port("cache_last_channel_len", "int64", axes("N:batch"))),
-    outputs=(Port("log-probs", "float", axes("N:batch T':dynamic V+1:static")),
+    outputs=(Port("log-probs", "float", axes("N:batch T':any V+1:static")),
              Port("frame count (skipped by sherpa-onnx)", "int64", axes("N:batch")),
              Port("next cache_last_channel", "float", axes(_STATE)),
              Port("next cache_last_time", "float", axes(_STATE)),
