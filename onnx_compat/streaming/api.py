@@ -5,8 +5,9 @@ module attributes and buffers; the export example is the state after two
 real chunks) -> for each exporter: ``onnx_compat.export(..., verify=False)``
 into a temporary folder beside ``path`` -> streaming verification in ONNX
 Runtime at two batch sizes -> rename into place. Nothing is written unless
-the stream agreed with PyTorch; with ``exporter="auto"`` a graph that fails
-the stream check hands over to TorchScript, as ``export()`` does.
+the stream agreed with PyTorch; with ``exporter="auto"`` TorchScript goes
+first and a graph that fails the stream check hands over to dynamo, as
+``export()`` does.
 """
 from __future__ import annotations
 
