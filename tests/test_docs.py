@@ -244,6 +244,14 @@ def test_contributing_names_every_test_file():
     assert not unnamed, f"CONTRIBUTING.md's 'What each test file covers' lacks {unnamed}"
 
 
+def test_readme_lists_every_page_of_docs():
+    """The README's Documentation list (between its docs:begin/docs:end markers) links every page of docs/."""
+    text = (ROOT / "README.md").read_text()
+    listed = set(re.findall(r"\]\((docs/[\w.-]+\.md)", text[text.index("<!-- docs:begin"):text.index("<!-- docs:end")]))
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages <= listed, f"README.md's Documentation list lacks {sorted(pages - listed)}"
+
+
 def test_readme_names_every_cli_verb():
     """The README's one-line list of verbs is the CLI's verb table."""
     from onnx_compat.cli import VERBS
