@@ -15,6 +15,10 @@ and then its parameters (names, kinds, order, defaults) must equal the function'
 
 A failure names the page and the line of the block's fence, and the traceback points at the line of the
 page itself (each block is compiled under the page's name, at its own line numbers).
+
+Beside the blocks, what pages name must exist: every repository file named in backticks or linked (README,
+docs/, CONTRIBUTING, the benchmark index), every ``onnx_compat.x.y``; the README lists every docs page and
+every CLI verb, and CONTRIBUTING describes every test file.
 """
 from __future__ import annotations
 
