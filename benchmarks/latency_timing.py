@@ -20,10 +20,9 @@ import time
 from typing import Callable, Dict, Mapping
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
-from onnx_compat.pipeline.verification import session
+from onnx_compat.runtimes.session import open_session
 
 
 def clock_for(threads: int) -> Callable[[], float]:
@@ -66,17 +65,10 @@ def ort_call(proto_or_bytes, feeds: Mapping[str, np.ndarray], threads: int) -> C
     return lambda: sess.run(None, arrays)
 
 
-def _session(proto_or_bytes, threads: int) -> ort.InferenceSession:
-    """As ``verification.session``, but with its thread pool not spinning between runs when it has more
-    than one thread: a spinning pool of one contender would steal the cores of the next one timed."""
-    if threads == 1:
-        return session(proto_or_bytes, threads=1)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 4
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    data = proto_or_bytes.SerializeToString() if hasattr(proto_or_bytes, "SerializeToString") else proto_or_bytes
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+def _session(proto_or_bytes, threads: int):
+    """A session as ``ort_call`` says, with its thread pool not spinning between runs when it has more than
+    one thread: a spinning pool of one contender would steal the cores of the next one timed."""
+    return open_session(proto_or_bytes, threads=threads, spinning=threads == 1)
 
 
 def eager_call(forward: Callable[..., object], args) -> Callable[[], object]:

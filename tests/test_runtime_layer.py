@@ -39,6 +39,20 @@ def test_onnx_runtime_is_opened_only_in_the_runtime_layer():
     assert list(_session_constructions(RUNTIME_LAYER / "session.py")), "the layer itself is seen"
 
 
+def test_close_enough_is_decided_only_by_the_runtime_layer():
+    """No ``np.allclose``, ``torch.allclose``, ``np.testing.assert_allclose`` or ``isclose`` of its own: each had
+    its own NaN rule."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if RUNTIME_LAYER in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("allclose", "isclose", "assert_allclose", "assert_close"):
+                found.append(f"{path.name}:{node.lineno} {node.func.attr}")
+    assert not found, f"compare through onnx_compat.runtimes.compare.closeness: {found}"
+
+
 def test_the_source_check_sees_a_session_built_outside(tmp_path):
     """The check above can fail: it finds both spellings in a file, and not the words in a string."""
     (tmp_path / "m.py").write_text("import onnxruntime as ort\nfrom onnxruntime import SessionOptions\n"
@@ -95,6 +109,8 @@ def test_a_session_passes_through_and_settings_are_applied():
     assert opts.graph_optimization_level.name == "ORT_ENABLE_BASIC"
     assert opts.get_session_config_entry("session.disable_prepacking") == "1"
     assert open_session(_double(), threads=None).get_session_options().intra_op_num_threads == 0
+    calm = open_session(_double(), threads=2, spinning=False).get_session_options()
+    assert calm.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def test_the_optimised_graph_is_saved_with_its_weights_apart(tmp_path):
@@ -164,6 +180,15 @@ def test_integers_and_booleans_are_equal_or_not():
     assert closeness(np.array([3, 1500]), np.array([3, 1500]), 1e-4, 1e-3).ok
     assert not closeness(np.array([3, 1501]), np.array([3, 1500]), 1e-4, 1e-3).ok  # inside rtol, still a wrong id
     assert not closeness(np.array([True, False]), np.array([True, True]), 1, 1).ok
+
+
+def test_rtol_relative_to_the_largest_value_judges_a_whole_output():
+    want = np.array([100.0, 0.01])
+    got = np.array([100.0, 0.05])  # 0.04 off a value of 0.01, well within 1e-3 of the output's 100
+    assert closeness(got, want, 0.0, 1e-3, relative_to="largest").ok
+    assert not closeness(got, want, 0.0, 1e-3).ok
+    with pytest.raises(ValueError, match="relative_to"):
+        closeness(got, want, 0.0, 1e-3, relative_to="max")
 
 
 def test_shapes_and_masks():

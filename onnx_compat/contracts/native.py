@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..runtimes.compare import closeness
 from .consumers import ConsumerMismatch, eager, run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -56,8 +57,9 @@ class NativeRasrConsumer:
                     raise ConsumerMismatch(self.name, k, f"lengths {want_len.tolist()} shape {list(want.shape)}",
                                            f"lengths {shapes['lengths']} shape {shapes['output']}", f" (B={batch}, T={steps})")
                 valid = np.arange(want.shape[1])[None, :] < want_len[:, None]
-                err = float(np.abs(got - want)[valid].max())
-                if not err <= self.atol + self.rtol * float(np.abs(want[valid]).max()):
+                close = closeness(got, want, self.atol, self.rtol, valid, relative_to="largest")
+                err = close.max_abs_err
+                if not close.ok:
                     raise ConsumerMismatch(self.name, k, f"eager within {self.atol}", f"max abs err {err:.3g}",
                                            f" (B={batch}, T={steps}, lengths {list(lengths)})")
                 worst = max(worst, err)

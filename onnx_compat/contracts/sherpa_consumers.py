@@ -17,6 +17,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from ..runtimes.compare import closeness
 from . import frontends
 from .consumers import ConsumerMismatch, eager, greedy_ctc, installed, program, run_child, run_program
 
@@ -161,8 +162,9 @@ class SpeakerEmbeddingPython:
         worst = 0.0
         for k, (want, have) in enumerate(zip(expected, got)):
             have = np.asarray(have, np.float32)
-            err = float(np.abs(have - want).max()) if have.shape == want.shape else float("inf")
-            if not err <= self.atol + self.rtol * float(np.abs(want).max()):
+            close = closeness(have, want, self.atol, self.rtol, relative_to="largest")
+            err = close.max_abs_err
+            if not close.ok:
                 raise ConsumerMismatch(self.name, k, f"embedding {want[:4].round(5).tolist()}...",
                                        f"{have[:4].round(5).tolist()}... (shape {list(have.shape)}, max abs err {err:.3g})")
             worst = max(worst, err)

@@ -22,6 +22,7 @@ import onnx
 import torch
 
 from onnx_compat.parts.part import batch_axis
+from onnx_compat.runtimes.compare import closeness
 
 from .config import graph_settings, setting
 from .errors import LabelScorerError
@@ -72,13 +73,13 @@ class RasrEmulator(Scorer):
     def __init__(self, kind: str, values: Mapping[str, str], graphs: Optional[Mapping[str, onnx.ModelProto]] = None,
                  rows: bool = True, atol: float = 1e-5):
         super().__init__(kind, int(setting(values, "history-length", "1")), int(setting(values, "start-label-index", "0")))
-        from onnx_compat.runtimes.session import open_session as session
+        from onnx_compat.runtimes.session import open_session
         self.graphs, self.maps, self.meta = {}, {}, {}
         for graph in graphs_of(kind):
             settings = graph_settings(values, selector(kind, graph))
             # the graphs about to be written, else the files the fragment names
             proto = graphs[graph] if graphs is not None else onnx.load(settings["file"])
-            self.graphs[graph] = session(proto)
+            self.graphs[graph] = open_session(proto)
             self.maps[graph] = settings["io-map"]
             names = {v.name for v in list(proto.graph.input) + list(proto.graph.output)}
             self.meta[graph] = {p.key: p.value for p in proto.metadata_props if p.key in names}
@@ -149,11 +150,11 @@ class RasrEmulator(Scorer):
             for name, value in alone.items():
                 if out[name].shape[:1] != (batch,):
                     continue
-                err = float(np.max(np.abs(out[name][b:b + 1] - value))) if value.size else 0.0
-                self.row_error = max(self.row_error, err)
-                if err > self.atol:
+                close = closeness(out[name][b:b + 1], value, self.atol, 0.0)
+                self.row_error = max(self.row_error, close.max_abs_err)
+                if not close.ok:
                     raise LabelScorerError(f"graph {graph!r}: output {name!r} row {b} of a batch of {batch} differs "
-                                           f"from that context scored alone by {err:.3g}: hypotheses leak into "
+                                           f"from that context scored alone by {close.max_abs_err:.3g}: hypotheses leak into "
                                            "each other", graph=graph, tensor=name, rule="rows independent")
 
 

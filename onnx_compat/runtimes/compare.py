@@ -60,9 +60,19 @@ class Closeness:
         return text + (f"; {self.nonfinite}" if self.nonfinite else "")
 
 
-def closeness(got, expected, atol: float, rtol: float, mask: Optional[np.ndarray] = None) -> Closeness:
+RELATIVE_TO = ("value", "largest")
+
+
+def closeness(got, expected, atol: float, rtol: float, mask: Optional[np.ndarray] = None, *,
+              relative_to: str = "value") -> Closeness:
     """``got`` against the reference ``expected`` by the rule above; ``mask``: the elements compared
-    (e.g. ``valid_mask``: frames within each sequence's length). Arrays or tensors (CPU)."""
+    (e.g. ``valid_mask``: frames within each sequence's length). Arrays or tensors (CPU).
+
+    ``relative_to="largest"``: ``rtol`` is a fraction of the reference's largest finite magnitude rather
+    than of each value, for checks that judge a whole output at once (a module's output in diagnosis, a
+    consumer's result), where a value near zero inside it is not held to a tolerance of itself."""
+    if relative_to not in RELATIVE_TO:
+        raise ValueError(f"relative_to must be one of {list(RELATIVE_TO)}, got {relative_to!r}")
     got, expected = _array(got), _array(expected)
     if got.shape != expected.shape:
         return Closeness(False, float("inf"), float("inf"), max(got.size, expected.size), expected.size,
@@ -76,7 +86,8 @@ def closeness(got, expected, atol: float, rtol: float, mask: Optional[np.ndarray
     finite_g, finite_e = np.isfinite(g), np.isfinite(e)
     both = finite_g & finite_e
     diff = np.abs(g[both] - e[both])
-    bound = 0.0 if exact else atol + rtol * np.abs(e[both])
+    scale = np.abs(e[both]) if relative_to == "value" else (float(np.abs(e[both]).max()) if both.any() else 0.0)
+    bound = 0.0 if exact else atol + rtol * scale
     off = int(np.count_nonzero(diff > bound))
     max_abs = float(diff.max()) if diff.size else 0.0
     max_rel = float((diff / np.maximum(np.abs(e[both]), 1e-12)).max()) if diff.size else 0.0

@@ -44,7 +44,8 @@ SAVED_WEIGHTS_MIN_BYTES = 1024
 def open_session(model: ModelSource, threads: Optional[int] = 1, prepack: bool = True, *,
                  optimization: str = "all", provider: str = "CPUExecutionProvider",
                  save_optimized: Optional[Union[str, os.PathLike]] = None, saved_weights: Optional[str] = None,
-                 disabled_optimizers: Sequence[str] = (), quiet: bool = True) -> ort.InferenceSession:
+                 disabled_optimizers: Sequence[str] = (), quiet: bool = True,
+                 spinning: bool = True) -> ort.InferenceSession:
     """An ONNX Runtime session of ``model`` (path, ``ModelProto``, bytes; a session passes through).
 
     ``threads``: intra-op threads (one inter-op thread always); None leaves ONNX Runtime's default (every
@@ -54,10 +55,12 @@ def open_session(model: ModelSource, threads: Optional[int] = 1, prepack: bool =
     optimised; with ``saved_weights`` (a file name beside it) the initializers of at least
     ``SAVED_WEIGHTS_MIN_BYTES`` go there as raw bytes. ``disabled_optimizers``: ONNX Runtime's rewrites
     left out by name. ``quiet``: ONNX Runtime logs nothing (its errors are raised all the same).
+    ``spinning=False``: idle pool threads sleep instead of spinning between runs (timing several sessions
+    in turn: a spinning pool of one would steal the cores of the next one timed).
     """
     if isinstance(model, ort.InferenceSession):
         return model
-    opts = options(threads, prepack, optimization=optimization, quiet=quiet)
+    opts = _options(threads, prepack, optimization=optimization, quiet=quiet, spinning=spinning)
     if save_optimized is not None:
         opts.optimized_model_filepath = os.fspath(save_optimized)
         if saved_weights is not None:
@@ -68,10 +71,9 @@ def open_session(model: ModelSource, threads: Optional[int] = 1, prepack: bool =
     return ort.InferenceSession(_loadable(model), opts, providers=[provider], **extra)
 
 
-def options(threads: Optional[int] = 1, prepack: bool = True, *, optimization: str = "all",
-            quiet: bool = True) -> ort.SessionOptions:
-    """The ``SessionOptions`` ``open_session`` uses (for the few who build a session another way, e.g.
-    a benchmark timing ONNX Runtime's thread pool)."""
+def _options(threads: Optional[int] = 1, prepack: bool = True, *, optimization: str = "all",
+            quiet: bool = True, spinning: bool = True) -> ort.SessionOptions:
+    """The ``SessionOptions`` of ``open_session``'s parameters."""
     if optimization not in OPTIMIZATION:
         raise ValueError(f"optimization must be one of {list(OPTIMIZATION)}, got {optimization!r}")
     opts = ort.SessionOptions()
@@ -83,6 +85,8 @@ def options(threads: Optional[int] = 1, prepack: bool = True, *, optimization: s
         opts.log_severity_level = 4  # failures are raised and reported by the caller, not logged twice
     if not prepack:
         opts.add_session_config_entry("session.disable_prepacking", "1")
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
 
 
