@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from onnx_compat.pipeline.vanilla import plain_export
-from onnx_compat.pipeline.verification import session
+from onnx_compat.runtimes.session import open_session
 
 
 def median_seconds(fn, runs: int, warmup: int = 3) -> float:
@@ -24,7 +24,7 @@ def median_seconds(fn, runs: int, warmup: int = 3) -> float:
 
 def ort_latency(proto: onnx.ModelProto, feeds: dict, runs: int) -> float:
     """Median seconds per run in ONNX Runtime with one intra-op thread; raises if ORT cannot run it."""
-    sess = session(proto, threads=1)
+    sess = open_session(proto, threads=1)
     arrays = {k: np.asarray(v) for k, v in feeds.items()}
     return median_seconds(lambda: sess.run(None, arrays), runs)
 

@@ -127,8 +127,8 @@ def _onnx_op(model, args, dynamic, limit: int = 120):
 
 def _timed(proto, model, args, runs):
     feeds = {i.name: a.numpy() for i, a in zip(proto.graph.input, args)}
-    from onnx_compat.pipeline.verification import session
-    got = session(proto, threads=1).run(None, feeds)[0]
+    from onnx_compat.runtimes.session import open_session
+    got = open_session(proto, threads=1).run(None, feeds)[0]
     with torch.no_grad():
         expected = model(*args).numpy()
     scale = np.abs(expected).max()

@@ -23,7 +23,7 @@ import torch
 
 from onnx_compat.models import lstm_encoder, streaming_conformer
 from onnx_compat.streaming import export_streaming
-from onnx_compat.pipeline.verification import session
+from onnx_compat.runtimes.session import open_session
 
 # the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
 BENCHMARK = {"cost": "slow", "writes": None}
@@ -45,7 +45,7 @@ def _stream_times(job, path: str, chunks: int, rounds: int):
     spec = job["inputs"][0]
     chunk = spec.dims[1]
     data = torch.randn(1, chunk * chunks, spec.dims[2])
-    sess = session(path, threads=1)
+    sess = open_session(path, threads=1)
     names = [s.name for s in job["states"]]
     outs = [job["outputs"][0].name] + [s.output for s in job["states"]]
     eager, ort_times = [], []

@@ -18,7 +18,7 @@ import onnx_compat
 from onnx_compat.pipeline import releases as targets
 from onnx_compat.models import blstm, conformer
 from onnx_compat.runtimes import RuntimeUnavailable
-from onnx_compat.pipeline.verification import valid_mask
+from onnx_compat.runtimes.compare import valid_mask
 
 from helpers import EXPORTERS
 

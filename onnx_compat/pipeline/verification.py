@@ -23,9 +23,8 @@ from onnx_compat.errors import Mismatch, VerificationError
 from onnx_compat.pipeline.adapter import IOAdapter, flatten
 from onnx_compat.pipeline.subject import own_copies
 from onnx_compat.runtimes import as_runtimes
-from onnx_compat.runtimes.compare import closeness, degenerate, valid_mask  # noqa: F401 (valid_mask: its old home)
+from onnx_compat.runtimes.compare import closeness, degenerate, valid_mask
 from onnx_compat.runtimes.session import is_session, open_session
-from onnx_compat.runtimes.session import open_session as session  # noqa: F401 (the old name, for scripts)
 from onnx_compat.model_state import preserved
 from onnx_compat.spec import TensorSpec, check_examples, dim_sizes, example_sizes, forward_arguments, make_inputs, size_name, verification_sizes
 
