@@ -190,3 +190,27 @@ def test_make_bench_runs_the_fast_class_with_each_write(capsys):
     assert all(argv[1:] == ["--write", fast[os.path.basename(argv[0])].writes] for argv in calls), calls
     assert index.run("all", call=lambda argv, cwd: 3 if argv[1].endswith("op_tail.py") else 0) == 1
     assert "failed: op_tail.py" in capsys.readouterr().out
+
+
+def _imported_names(path):
+    import ast
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_benchmarks_and_tests_share_cases_only_through_the_package():
+    """Case tables both sides use live in onnx_compat/models/*_cases.py: no benchmark imports a test module,
+    and only the two smoke-test files import benchmark scripts (to run them at a tiny size)."""
+    test_modules = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "tests", "*.py"))}
+    bench_modules = {os.path.splitext(os.path.basename(p))[0]
+                     for p in glob.glob(os.path.join(ROOT, "benchmarks", "**", "*.py"), recursive=True)}
+    for script in glob.glob(os.path.join(ROOT, "benchmarks", "**", "*.py"), recursive=True):
+        with open(script, encoding="utf-8") as f:
+            assert '"tests"' not in f.read() or script.endswith("support_matrix.py"), f"{script} puts tests/ on the path"
+        assert not _imported_names(script) & test_modules, f"{script} imports {_imported_names(script) & test_modules}"
+    smoke = {"test_benchmarks", "test_runtime_latency"}
+    for module in sorted(test_modules - smoke):
+        used = _imported_names(os.path.join(ROOT, "tests", f"{module}.py")) & bench_modules
+        assert not used, f"tests/{module}.py imports benchmark scripts {used}"
