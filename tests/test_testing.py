@@ -82,3 +82,41 @@ def test_a_patch_case_checks_unseen_sizes_with_its_own_seeds():
     assert {"batch": 1, "time": 23} in sizes and all(s != dict(batch=2, time=37) for s in sizes)
     model = case.model()
     case.assert_matches(case.export(model, "torchscript"), model)
+
+
+def _params(test):
+    """The (case, exporter) ids a generated test is parametrized with."""
+    return [param.id for mark in test.pytestmark if mark.name == "parametrize" for param in mark.args[1]]
+
+
+def test_a_case_runs_with_its_exporters_only_and_its_records_there():
+    both = PatchCase("both", lambda: Scale(2.0), _inputs, {0: {0: "batch", 1: "time"}},
+                     vanilla={"torchscript": "x", "dynamo": "y"})
+    one = PatchCase("one", lambda: Scale(2.0), _inputs, {0: {0: "batch", 1: "time"}}, exporters=("torchscript",),
+                    vanilla={"torchscript": "x", "dynamo": "y"})
+    patched_test, vanilla_test = testing.patch_case_tests([both, one])
+    expected = [f"both-{e}" for e in testing.EXPORTERS] + ["one-torchscript"]
+    assert _params(patched_test) == expected
+    assert _params(vanilla_test) == [f"both-{e}" for e in ("dynamo", "torchscript")] + ["one-torchscript"]
+
+
+def test_the_unpatched_export_runs_in_the_case_context():
+    """``unpatched``: the vanilla check runs inside it (here one patch left out; the export is right without it,
+    so the recorded failure is missing and that is an error)."""
+    import onnx_compat
+    entered = []
+
+    def without_conv_padding():
+        entered.append(1)
+        return onnx_compat.patched(exclude=["conv_padding"])
+
+    case = PatchCase("scale", lambda: Scale(2.0), _inputs, {0: {0: "batch", 1: "time"}}, exporters=("torchscript",),
+                     vanilla={"torchscript": "never"}, unpatched=without_conv_padding)
+    _, vanilla_test = testing.patch_case_tests([case])
+    with pytest.raises(AssertionError, match="the unpatched export worked"):
+        vanilla_test(case, "torchscript")
+    assert entered == [1]
+
+
+def test_eager_untouched_compares_every_output_bit_for_bit():
+    PatchCase("scale", lambda: Scale(2.0), _inputs, {0: {0: "batch", 1: "time"}}).assert_eager_untouched()
