@@ -263,3 +263,21 @@ def test_rasr_true_and_the_rasr_contract_are_one_step():
         assert [s.name for s in steps_for(**spelling)] == ["rasr"], spelling
     named = steps_for(rasr={"features": "x", "features_size": None, "output": "y"}, contract="rasr")
     assert [(s.name, s.options["features"]) for s in named] == [("rasr", "x")]
+
+
+def test_the_built_in_steps_report_in_one_place(tmp_path):
+    """``rasr=True`` and ``runtimes=`` are steps like any other: each has its entry in ``report.steps`` and its
+    line in the summary; ``report.rasr`` and the JSON's "rasr" read the step's entry."""
+    from models import Subsample, subsample_specs
+    report = onnx_compat.export(Subsample(), str(tmp_path / "m.onnx"), *subsample_specs(), exporter="torchscript",
+                                rasr=True, runtimes=[sys.executable])
+    assert list(report.steps) == ["rasr", "runtimes"]
+    assert report.rasr is report.steps["rasr"] and report.rasr["ok"] and report.rasr["roles"] == ["encoder"]
+    assert report.rasr["names"] == {"features": "data", "features_size": "data:size1", "output": "output"}
+    (name, counted), = report.steps["runtimes"]["runtimes"].items()
+    elsewhere = [c for c in report.verification if c["runtime"] == name]
+    assert counted == {"checks": len(elsewhere), "ok": len(elsewhere)} and len(elsewhere) >= 3
+    summary = report.summary()
+    assert "rasr        ok, fits encoder" in summary and f"runtime     {name}: {len(elsewhere)}/" in summary
+    data = json.loads(report.to_json())
+    assert data["rasr"] == data["steps"]["rasr"] and data["quantization"] is None
