@@ -25,13 +25,14 @@ from onnx_compat.streaming import StateSpec
 from helpers import EXPORTERS
 
 OFFLINE, ONLINE = "sherpa-onnx/offline-transducer", "sherpa-onnx/online-transducer-lstm"
+CONFORMER = "sherpa-onnx/online-transducer-conformer"
 
 
-def _consumers_ran(report):
+def _consumers_ran(report, least=5):
     checks = report.consumer_checks
     assert [c.get("skipped") for c in checks] == [None, None], checks
     for check in checks:
-        assert check["ok"] and min(check["tokens"]) >= 5, f"degenerate decode, nothing compared: {check}"
+        assert check["ok"] and min(check["tokens"]) >= least, f"degenerate decode, nothing compared: {check}"
     return checks
 
 
@@ -79,6 +80,36 @@ def test_the_online_comparison_sees_the_states():
     labels, calls = online_labels(carried, features)
     assert calls >= 10 and len(labels) >= 20
     assert labels != online_labels(replace(carried, encoder=forgetful), features)[0]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_online_conformer_transducer_decodes_in_sherpa_onnx_like_pytorch(exporter, tmp_path):
+    """sherpa-onnx's online ``conformer`` type: the cache-aware Conformer encoder with its attention and convolution
+    caches ([layers, frames, N, D], batch on axis 2) and the processed frame count sherpa-onnx feeds last."""
+    _needs_sherpa()
+    parts, states, shift = st.conformer_parts()
+    report = export_transducer(parts, str(tmp_path / "model"), contract=CONFORMER, vocabulary=st.vocabulary(),
+                               states=states, shift=shift, exporter=exporter)
+    assert report.metadata["encoder"] == {"model_type": "conformer", "num_encoder_layers": "2", "T": "19",
+                                          "decode_chunk_len": "16", "left_context": "8", "encoder_dim": "48",
+                                          "pad_length": "3", "cnn_module_kernel": "5"}
+    for check in _consumers_ran(report, least=4):
+        assert check["calls"][0] == 1 and min(check["calls"][1:]) >= 4, check
+
+
+def test_the_conformer_comparison_sees_the_caches_and_the_count():
+    """Zeroed caches, or a processed count stuck at 0 (every cache slot masked), give other labels in PyTorch."""
+    pytest.importorskip("kaldi_native_fbank")
+    parts, states, shift = st.conformer_parts()
+    enc, dec, joi = (p.fn for p in parts)
+    zeros = lambda: [s.initial({"batch": 1}) for s in states[:2]]  # noqa: E731
+    carried = Eager(enc, dec, joi, 2, zeros, 19, shift, processed=True)
+    features = kaldi_features(frontends.utterances((1.9,), seed=2)[0], 80)
+    labels, calls = online_labels(carried, features)
+    assert calls >= 10 and len(labels) >= 15
+    forgetful = replace(carried, encoder=lambda x, attn, conv, n: enc(x, *zeros(), n))
+    stuck = replace(carried, encoder=lambda x, attn, conv, n: enc(x, attn, conv, torch.zeros_like(n)))
+    assert labels != online_labels(forgetful, features)[0] and labels != online_labels(stuck, features)[0]
 
 
 class _PlainDecoder(torch.nn.Module):
@@ -202,3 +233,14 @@ def test_what_the_context_size_check_prevents(tmp_path):
     onnx.save(proto, path)
     with pytest.raises(ConsumerMismatch, match="exit code"):
         OfflineTransducerPython().verify(folder, _eager(OFFLINE_TRANSDUCER, parts, (), None), st.vocabulary(), 80)
+
+
+def test_conformer_encoder_without_the_processed_count_is_refused(tmp_path):
+    """sherpa-onnx feeds the conformer encoder four inputs, the processed frame count last."""
+    parts, states, shift = st.conformer_parts()
+    parts[0] = replace(parts[0], states_in=["attn", "conv"])
+    with pytest.raises(ContractError) as err:
+        export_transducer(parts, str(tmp_path / "model"), contract=CONFORMER, vocabulary=st.vocabulary(),
+                          states=states, shift=shift)
+    assert "encoder states" in {f.what for f in err.value.findings}, err.value
+    assert os.listdir(tmp_path) == []

@@ -4,7 +4,8 @@
 ``check_specs`` before exporting and ``apply_contract`` before writing; see
 ``docs/consumers.md``. Streaming and multi-graph consumers have their own entry points:
 ``export_streaming(..., contract="sherpa-onnx/online-nemo-ctc")`` and ``parts.transducer.export_transducer(parts,
-folder, contract="sherpa-onnx/offline-transducer" | "sherpa-onnx/online-transducer-lstm")``. This package holds the
+folder, contract="sherpa-onnx/offline-transducer" | "sherpa-onnx/online-transducer-lstm" |
+"sherpa-onnx/online-transducer-conformer")``. This package holds the
 contracts and their consumers; what exports under a contract lives above it (``streaming/``, ``parts/``), so it
 imports neither the streaming nor the multi-graph export.
 """
@@ -36,6 +37,8 @@ def get_contract(name: str) -> Contract:
 _ENTRY_POINTS = {
     "sherpa-onnx/online-nemo-ctc": "export_streaming(..., contract='sherpa-onnx/online-nemo-ctc')",
     "sherpa-onnx/offline-transducer": "export_transducer(parts, folder, contract='sherpa-onnx/offline-transducer')",
+    "sherpa-onnx/online-transducer-conformer": "export_transducer(parts, folder, states=..., "
+                                               "contract='sherpa-onnx/online-transducer-conformer')",
     "sherpa-onnx/online-transducer-lstm": "export_transducer(parts, folder, states=..., "
                                           "contract='sherpa-onnx/online-transducer-lstm')",
 }

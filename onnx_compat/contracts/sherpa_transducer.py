@@ -25,13 +25,20 @@ config's); encoder inputs ``x`` float ``[N, T, C]``, ``h`` ``[num_encoder_layers
 ``processed + T < frames``, ``processed += decode_chunk_len``. ``online-transducer-greedy-search-decoder.cc``:
 one label per frame at most, blank 0, the decoder output carried across calls.
 
+Online ``conformer`` (``online-conformer-transducer-model.cc``): encoder inputs ``x`` ``[N, T, C]``, the attention
+cache ``[num_encoder_layers, left_context, N, encoder_dim]``, the convolution cache ``[num_encoder_layers,
+cnn_module_kernel - 1, N, encoder_dim]`` (zeros at the start; stacked and unbound on axis 2), then
+``processed_frames`` int64 ``[N]`` (feature frames fed before this call); outputs ``encoder_out``, next attention
+cache, next convolution cache. Required encoder metadata ``model_type=conformer``, ``num_encoder_layers``, ``T``,
+``decode_chunk_len``, ``left_context``, ``encoder_dim``, ``pad_length`` (read, not used), ``cnn_module_kernel``.
+
 Front-end (``features.h`` defaults; the Python bindings pass rate, dim, dither 0, low 20 Hz, high -400 Hz, snip
 off): Kaldi's fbank (Povey window, DC removal, pre-emphasis 0.97), samples in [-1, 1].
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -141,14 +148,47 @@ _LSTM_ENCODER = Contract(
 )
 
 
+def _lstm_keys(h, c, frames, shift) -> Dict[str, str]:
+    return dict(model_type="lstm", num_encoder_layers=str(h.dims[0]), T=str(frames), decode_chunk_len=str(shift),
+                rnn_hidden_size=str(c.dims[2]), d_model=str(h.dims[2]))
+
+
+def _conformer_keys(attn, conv, frames, shift) -> Dict[str, str]:
+    return dict(model_type="conformer", num_encoder_layers=str(attn.dims[0]), T=str(frames),
+                decode_chunk_len=str(shift), left_context=str(attn.dims[1]), encoder_dim=str(attn.dims[3]),
+                pad_length=str(frames - shift), cnn_module_kernel=str(conv.dims[1] + 1))
+
+
+_CACHE = "L:static F:static N:batch D:static"
+_CONFORMER_ENCODER = Contract(
+    name="encoder", consumer="sherpa-onnx online conformer transducer encoder",
+    inputs=(Port("x", "float", axes("N:batch T:any C:static")), Port("attention cache", "float", axes(_CACHE)),
+            Port("convolution cache", "float", axes(_CACHE)), Port("processed frames", "int64", axes("N:batch"))),
+    outputs=(Port("encoder_out", "float", axes("N:batch T':any J:static")),
+             Port("next attention cache", "float", axes(_CACHE)),
+             Port("next convolution cache", "float", axes(_CACHE))),
+    metadata=(MetaKey("model_type", "sherpa-onnx's online model type", allowed=("conformer",)),
+              *(MetaKey(k, why, parse=positive_int) for k, why in (
+                  ("num_encoder_layers", "the caches' dim 0"), ("T", "feature frames per call"),
+                  ("decode_chunk_len", "feature frames advanced per call"), ("left_context", "attention cache dim 1"),
+                  ("encoder_dim", "the caches' dim 3"), ("cnn_module_kernel", "convolution cache dim 1 + 1"))),
+              MetaKey("pad_length", "T - decode_chunk_len (read, required, unused)", parse=int)),
+)
+
+
 @dataclass(frozen=True)
 class TransducerContract:
-    """A sherpa-onnx transducer type: one ``Contract`` per graph, and the consumers that decode through them."""
+    """A sherpa-onnx transducer type: one ``Contract`` per graph. Online: the encoder's carried states (in
+    ``states_in`` and ``states_out``), whether it also takes the processed frame count (a last input, declared as
+    a state it only reads), and its metadata from those ``StateSpec``s, ``T`` and the shift."""
 
     name: str
     consumer: str
     graphs: Mapping[str, Contract]
     online: bool
+    carried: int = 0
+    processed: bool = False
+    encoder_keys: Optional[object] = None  # (state, state, T, shift) -> {key: value}
 
 
 OFFLINE_TRANSDUCER = TransducerContract(
@@ -158,8 +198,14 @@ OFFLINE_TRANSDUCER = TransducerContract(
 ONLINE_LSTM_TRANSDUCER = TransducerContract(
     "sherpa-onnx/online-transducer-lstm",
     "sherpa-onnx (online lstm transducer: OnlineRecognizer.from_transducer, sherpa-onnx --encoder ...)",
-    {"encoder": _LSTM_ENCODER, "decoder": _DECODER, "joiner": _JOINER}, online=True)
-TRANSDUCER_CONTRACTS = (OFFLINE_TRANSDUCER, ONLINE_LSTM_TRANSDUCER)
+    {"encoder": _LSTM_ENCODER, "decoder": _DECODER, "joiner": _JOINER}, online=True, carried=2,
+    encoder_keys=_lstm_keys)
+ONLINE_CONFORMER_TRANSDUCER = TransducerContract(
+    "sherpa-onnx/online-transducer-conformer",
+    "sherpa-onnx (online conformer transducer: OnlineRecognizer.from_transducer, sherpa-onnx --encoder ...)",
+    {"encoder": _CONFORMER_ENCODER, "decoder": _DECODER, "joiner": _JOINER}, online=True, carried=2,
+    processed=True, encoder_keys=_conformer_keys)
+TRANSDUCER_CONTRACTS = (OFFLINE_TRANSDUCER, ONLINE_LSTM_TRANSDUCER, ONLINE_CONFORMER_TRANSDUCER)
 
 
 def transducer_contract(name: str) -> TransducerContract:
@@ -183,11 +229,9 @@ def graph_metadata(contract: TransducerContract, parts, states, vocabulary, user
     derived["decoder"]["context_size"] = str(y[1])
     derived["decoder"]["vocab_size"] = str(specs["joiner"].outputs[0].dims[1])
     if contract.online:
-        h, c = (next(s for s in states if s.name == n) for n in specs["encoder"].states_in[:2])
+        first, second = (next(s for s in states if s.name == n) for n in specs["encoder"].states_out[:2])
         frames = specs["encoder"].inputs[0].dims[1]
-        derived["encoder"].update(model_type="lstm", num_encoder_layers=str(h.dims[0]), T=str(frames),
-                                  decode_chunk_len=str(shift if shift is not None else frames),
-                                  rnn_hidden_size=str(c.dims[2]), d_model=str(h.dims[2]))
+        derived["encoder"].update(contract.encoder_keys(first, second, frames, shift if shift is not None else frames))
     else:
         derived["encoder"]["model_type"] = "conformer"
     readers = {key.key: graph for graph, c in contract.graphs.items() for key in c.metadata}
@@ -198,7 +242,7 @@ def graph_metadata(contract: TransducerContract, parts, states, vocabulary, user
 
 def check_ports(contract: TransducerContract, parts, states) -> None:
     """Before anything runs: each part's specs (its states after its own inputs and outputs) against its graph's
-    ports by position; online, the encoder's states are the two declared h and c, its window a fixed size."""
+    ports by position; online, the encoder's carried states and its window a fixed size."""
     from onnx_compat.spec import TensorSpec
     table = {s.name: s for s in states}
     found: List[Finding] = []
@@ -209,9 +253,13 @@ def check_ports(contract: TransducerContract, parts, states) -> None:
         found += [Finding(f"{part.name} {f.what}", f.expected, f.got)
                   for f in contract.graphs[part.name].check_specs(inputs, outputs)]
     encoder = next(p for p in parts if p.name == "encoder")
-    if contract.online and not (len(encoder.states_in) == 2 and list(encoder.states_out) == list(encoder.states_in)
-                                and all(s in table for s in encoder.states_in)):
-        found.append(Finding("encoder states", "h then c: two declared StateSpecs, in states_in and states_out alike",
+    carried, first, extra = (list(encoder.states_out), list(encoder.states_in)[:contract.carried],
+                             list(encoder.states_in)[contract.carried:])
+    if contract.online and not (len(carried) == contract.carried and first == carried
+                                and len(extra) == int(contract.processed) and all(s in table for s in first + extra)):
+        want = f"{contract.carried} declared StateSpecs in states_in and states_out alike" + \
+            (", then the processed frame count in states_in only" if contract.processed else "")
+        found.append(Finding("encoder states", want,
                              f"states_in {list(encoder.states_in)}, states_out {list(encoder.states_out)}"))
     if contract.online and encoder.inputs and len(encoder.inputs[0].dims) > 1 \
             and not isinstance(encoder.inputs[0].dims[1], int):

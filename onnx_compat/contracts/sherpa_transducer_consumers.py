@@ -85,9 +85,10 @@ class Eager:
     decoder: Callable
     joiner: Callable
     context: int
-    initial: Optional[Callable] = None  # () -> [h, c] at batch 1
+    initial: Optional[Callable] = None  # () -> the carried states at batch 1
     frames: int = 0
     shift: int = 0
+    processed: bool = False  # the encoder also takes the feature frames fed before the call (int64 [N])
 
 
 def greedy(encoder_out: torch.Tensor, eager: Eager, context: List[int]):
@@ -115,8 +116,9 @@ def online_labels(eager: Eager, features: np.ndarray):
     states, context, labels, processed, calls = eager.initial(), [-1] * (eager.context - 1) + [0], [], 0, 0
     while processed + eager.frames < features.shape[0]:
         chunk = torch.from_numpy(features[processed:processed + eager.frames].copy())[None]
+        count = [torch.tensor([processed], dtype=torch.int64)] if eager.processed else []
         with torch.no_grad():
-            out, *states = eager.encoder(chunk, *states)
+            out, *states = eager.encoder(chunk, *states, *count)
         new, context = greedy(out[0], eager, context)
         labels += new
         processed, calls = processed + eager.shift, calls + 1

@@ -111,3 +111,47 @@ def _decoder_joiner(split: SherpaSplit, n: Dim):
                                       TensorSpec("decoder_out", [n, joiner_dim])],
              [TensorSpec("logit", [n, vocab])]),
     ]
+
+
+class ConformerEncoder(torch.nn.Module):
+    """A cache-aware streaming Conformer (``streaming_ctc.CacheAwareConformerCTC``'s subsampling and blocks) as the
+    transducer's encoder, in sherpa-onnx's online ``conformer`` layout: ``(x [N, T, C], attn [L, left, N, D],
+    conv [L, kernel - 1, N, D], processed [N]) -> (encoder_out [N, T', J], attn, conv)``. The attention cache holds
+    each layer's last ``left`` normalised inputs; ``processed`` (feature frames fed before the call, from sherpa-onnx)
+    says how many of them are filled: ``min(processed // 4, left)``."""
+
+    def __init__(self, conformer, projection: torch.nn.Linear):
+        super().__init__()
+        self.conformer, self.projection = conformer, projection
+
+    def forward(self, x, attn, conv, processed):
+        conformer = self.conformer
+        h = conformer.subsampling(x.transpose(1, 2)).transpose(1, 2)
+        filled = torch.clamp(torch.div(processed, 4, rounding_mode="floor"), max=conformer.left)
+        attns, convs = [], []
+        for i, block in enumerate(conformer.blocks):
+            h, a, c = block(h, attn[i].transpose(0, 1), conv[i].permute(1, 2, 0), filled)
+            attns.append(a.transpose(0, 1))
+            convs.append(c.permute(2, 0, 1))
+        return self.projection(h), torch.stack(attns), torch.stack(convs)
+
+
+def conformer_parts(features: int = 80, vocab: int = 10, chunk: int = 4, left: int = 8, seed: int = 0):
+    """A Conformer transducer (the cache-aware Conformer encoder, the stateless prediction network of
+    ``models/transducer.py``) as sherpa-onnx's online ``conformer`` type: its three ``Part``s and ``StateSpec``s."""
+    from ..parts import Part
+    from ..streaming import StateSpec
+    from .streaming_ctc import CacheAwareConformerCTC
+    torch.manual_seed(seed)
+    conformer = CacheAwareConformerCTC(features, dim=48, layers=2, chunk=chunk, left=left, kernel=5).eval()
+    model = transducer.StatelessTransducer(features, vocab, encoder_dim=48, context=2, blank=BLANK)
+    transducer._lively(model.joint, model.blank)
+    split = SherpaSplit(model.eval()).eval()
+    encoder = ConformerEncoder(conformer, model.joint.enc).eval()
+    n, layers = Dim("batch"), len(conformer.blocks)
+    states = [StateSpec("attn", [layers, left, n, 48]), StateSpec("conv", [layers, conformer.kernel - 1, n, 48]),
+              StateSpec("processed_frames", [n], torch.int64)]
+    part = Part("encoder", encoder, [TensorSpec("x", [n, conformer.window, features])],
+                [TensorSpec("encoder_out", [n, chunk, model.joint.enc.out_features])],
+                states_in=["attn", "conv", "processed_frames"], states_out=["attn", "conv"])
+    return [part, *_decoder_joiner(split, n)], states, conformer.shift

@@ -40,10 +40,12 @@ def export_transducer(parts: Sequence, folder: str, *, contract: str, vocabulary
                       sizes: Optional[Mapping[str, int]] = None) -> TransducerReport:
     """Write ``parts`` (``Part``s named encoder, decoder, joiner) into ``folder`` as ``contract`` loads them.
 
-    ``contract``: ``"sherpa-onnx/offline-transducer"`` or ``"sherpa-onnx/online-transducer-lstm"`` (then the
-    encoder's ``states_in``/``states_out`` are ``h`` and ``c`` from ``states``, its input's time dim the ``T`` it
-    is fed, and ``shift`` the frames advanced per call, ``T`` by default). ``metadata``: values for any graph's keys
-    (``context_size``, ``model_type``, ...), routed to the graph that reads them. ``verify``: decode in each
+    ``contract``: ``"sherpa-onnx/offline-transducer"``, ``"sherpa-onnx/online-transducer-lstm"`` (the encoder's
+    ``states_in``/``states_out`` are ``h`` and ``c`` from ``states``) or ``"sherpa-onnx/online-transducer-conformer"``
+    (its attention and convolution caches, then in ``states_in`` only the processed frame count); online, the
+    encoder input's time dim is the ``T`` it is fed, and ``shift`` the frames advanced per call, ``T`` by default.
+    ``metadata``: values for any graph's keys (``context_size``, ``model_type``, ...), routed to the graph that
+    reads them. ``verify``: decode in each
     installed sherpa-onnx consumer before writing (one not installed is listed with the reason).
     """
     found = transducer_contract(contract)
@@ -75,8 +77,8 @@ def _eager(contract, parts, states, shift) -> Eager:
     encoder = by_name["encoder"]
     frames = encoder.inputs[0].dims[1]
     return Eager(encoder.fn, by_name["decoder"].fn, by_name["joiner"].fn, context,
-                 lambda: [table[s].initial({"batch": 1}) for s in encoder.states_in], frames,
-                 shift if shift is not None else frames)
+                 lambda: [table[s].initial({"batch": 1}) for s in encoder.states_out], frames,
+                 shift if shift is not None else frames, contract.processed)
 
 
 def _in_consumers(contract, protos, parts, states, vocabulary, shift) -> List[dict]:
