@@ -56,10 +56,12 @@ def export(model: torch.nn.Module, path: str, inputs, outputs, *, exporter: str 
     ``contract``: a consumer's contract (``"sherpa-onnx/nemo-ctc"``, ``"rasr"``, ... see
     ``contracts/``): checked against the specs before exporting and against the graph before writing,
     its metadata and files (``tokens.txt`` from ``vocabulary``) written, and with ``verify`` the model
-    run inside that consumer. ``quantize``: ``"int8-dynamic"``, ``"int8-static"``, ``"fp16"``, ... (see
-    ``quantization/``): once the float model is proven, the approximate model verified with measures
-    that fit it is written at ``path`` and the float model beside it (``model.float.onnx``);
-    ``quantize_options``: its measures, thresholds and exclusion limit. ``steps``: deployment steps of
+    run inside that consumer. ``quantize``: ``"auto"``, ``"int8-dynamic"``, ``"int8-static"``, ``"fp16"``,
+    ... (see ``quantization/``): once the float model is proven, the approximate model verified with
+    measures that fit it is written at ``path`` and the float model beside it (``model.float.onnx``);
+    ``"auto"`` keeps the fastest recipe for the target runtime that meets every threshold and beats float.
+    ``quantize_options``: its measures, thresholds, exclusion limit and ``target`` (naming only a target
+    there asks for ``"auto"``). ``steps``: deployment steps of
     the caller's own (``pipeline.steps.Step``), run after the ones these arguments ask for.
     What each step did is ``report.steps[name]``.
     """

@@ -343,3 +343,76 @@ def test_onnx_runtimes_advice_to_pre_process_is_kept_off_the_terminal(exported, 
                      out=str(tmp_path / "q.onnx"))
     assert "pre-processing" not in caplog.text and "pre-processing" not in capfd.readouterr().err
     assert logging.getLogger().handlers == handlers and not any("pre-processing" in m for m in q.messages), q.messages
+
+
+def _timings(per_call):
+    """The clock seam: each named run takes ``per_call[name]`` seconds every round (float included)."""
+    return lambda runs, rounds: {name: [per_call[name]] * rounds for name in runs}
+
+
+def test_auto_keeps_the_fastest_recipe_that_meets_the_thresholds(exported, tmp_path, monkeypatch):
+    """auto makes and verifies each recipe for CPU ONNX Runtime, times those that met their thresholds in one
+    interleaved loop with float, writes the fastest faster than float; every candidate is a row of the report."""
+    from onnx_compat.quantization import auto, latency
+    seen = []
+    monkeypatch.setattr(latency, "run_interleaved", lambda runs, rounds: (
+        seen.append((sorted(runs), rounds)),
+        _timings({"float": 0.010, "int8-dynamic": 0.008, "int8-dynamic-conv": 0.006, "int8-dynamic-all": 0.0065,
+                  "int8-static": 0.011, "fp16": 0.012})(runs, rounds))[1])
+    job, path, report = exported["conformer"]
+    q = quantize(path, job["model"], job["inputs"], job["outputs"], report=report)  # recipe="auto" by default
+    assert seen == [(sorted(["float", *auto.TARGETS["onnxruntime"]]), auto.ROUNDS)]  # one loop, all together
+    assert q.recipe == "int8-dynamic-conv" and q.path == path[:-5] + ".int8-dynamic-conv.onnx"
+    assert q.latency["ratio"] == pytest.approx(0.6) and q.target == "onnxruntime"
+    rows = {t["recipe"]: t for t in q.tried}
+    assert list(rows) == list(auto.TARGETS["onnxruntime"])
+    assert rows["fp16"]["latency"]["ratio"] == pytest.approx(1.2) and rows["fp16"]["ok"]
+    for t in q.tried:
+        assert 0 < t["bytes"]["ratio"] < 1 and t["measures"]["output/top1"] >= 0.95, t
+    assert "0.60x" in q.chosen_by and "int8-static" in q.summary() and "1.10x the float time" in q.summary()
+    agree, _ = _eager_agreement(q.path, job, {"batch": 3, "time": 41})
+    assert agree >= 0.95
+
+
+def test_auto_never_keeps_a_recipe_slower_than_float(exported, tmp_path, monkeypatch):
+    """Every recipe that met its thresholds is slower than float: nothing is written and the error names each
+    one's ratio; one that misses a threshold is a row saying so, not the end of auto."""
+    from onnx_compat.quantization import latency
+    monkeypatch.setattr(latency, "run_interleaved", _timings(
+        {"float": 0.010, "int8-dynamic": 0.0105, "int8-dynamic-conv": 0.013, "int8-dynamic-all": 0.012,
+         "int8-static": 0.011, "fp16": 0.0101}))
+    job, path, report = exported["conformer"]
+    out = tmp_path / "q.onnx"
+    with pytest.raises(QuantizationError, match=r"no recipe both met its thresholds and ran faster") as err:
+        quantize(path, job["model"], job["inputs"], job["outputs"], report=report, target="onnxruntime",
+                 out=str(out))
+    assert "int8-dynamic: met its thresholds, 1.05x" in str(err.value) and "fp16: met its thresholds, 1.01x" in \
+        str(err.value) and err.value.recipe == "auto"
+    assert not out.exists() and not os.listdir(tmp_path)
+    # a threshold only fp16 meets: the int8 recipes are dropped rows, fp16 (faster here) is kept
+    monkeypatch.setattr(latency, "run_interleaved", _timings({"float": 0.010, "fp16": 0.009}))
+    q = quantize(path, job["model"], job["inputs"], job["outputs"], report=report, thresholds={"snr": 70},
+                 out=str(out), exclude_limit=0)
+    assert q.recipe == "fp16" and out.exists()
+    dropped = [t for t in q.tried if not t["ok"]]
+    assert {t["recipe"] for t in dropped} == {"int8-dynamic", "int8-dynamic-conv", "int8-dynamic-all", "int8-static"}
+    assert all("snr" in t["why"] for t in dropped) and "dropped" in q.summary()
+
+
+def test_naming_only_a_target_is_auto_and_an_unknown_target_is_refused_first(exported, tmp_path, monkeypatch):
+    from onnx_compat.quantization import latency
+    monkeypatch.setattr(latency, "run_interleaved", _timings(
+        {"float": 0.010, "int8-dynamic": 0.007, "int8-dynamic-conv": 0.008, "int8-dynamic-all": 0.0075,
+         "int8-static": 0.009, "fp16": 0.02}))
+    job = conformer.tiny()
+    path = tmp_path / "m.onnx"
+    report = onnx_compat.export(job["model"], str(path), job["inputs"], job["outputs"], exporter="torchscript",
+                                quantize_options={"target": "onnxruntime==1.16"})
+    q = report.steps["quantization"]
+    assert q["recipe"] == "int8-dynamic" and q["target"] == "onnxruntime==1.16"
+    assert (tmp_path / "m.float.onnx").exists() and any("auto (onnxruntime==1.16)" in line for line in q["summary"])
+    for bad in ("openvino", "onnxruntime==0.1"):
+        with pytest.raises(QuantizationError, match="target"):
+            onnx_compat.export(job["model"], str(tmp_path / "x.onnx"), job["inputs"], job["outputs"],
+                               quantize="auto", quantize_options={"target": bad})
+    assert not (tmp_path / "x.onnx").exists()

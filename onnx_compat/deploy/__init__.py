@@ -32,7 +32,7 @@ def steps_for(*, rasr: Union[bool, dict] = False, contract: Optional[str] = None
     if runtimes:
         from onnx_compat.deploy.runtimes import RuntimesStep
         steps.append(RuntimesStep(runtimes))
-    if quantize:
+    if quantize or (quantize_options or {}).get("target") is not None:  # naming only a target asks for auto
         from onnx_compat.deploy.quantize import QuantizeStep
-        steps.append(QuantizeStep(quantize, quantize_options, examples=examples))
+        steps.append(QuantizeStep(quantize or "auto", quantize_options, examples=examples))
     return steps

@@ -1,4 +1,6 @@
-"""Quantization as a deployment step: ``export(..., quantize="int8-dynamic", quantize_options={...})``.
+"""Quantization as a deployment step: ``export(..., quantize="int8-dynamic", quantize_options={...})``;
+``quantize="auto"`` keeps the fastest recipe for the target runtime that meets every threshold and beats
+float (``quantize_options={"target": ...}``, else the export's ``target=``, else CPU ONNX Runtime).
 
 The recipe, its measures and calibration examples are checked before
 capture; once the float model is proven, this step writes the model: the
@@ -35,17 +37,28 @@ class QuantizeStep(Step):
             raise ArgumentError("quantize= needs the weights in memory; the export spills them (external_data)",
                                 argument="quantize", value=self.recipe)
         subject = request.subject
-        check_request(self.recipe, subject.inputs, subject.outputs, examples=self.examples, **self.options)
+        check_request(self.recipe, subject.inputs, subject.outputs, examples=self.examples,
+                      **self._options(request))
 
     def write_model(self, request, report, proto) -> None:
         subject = request.subject
         request.tell(f"quantization ({self.recipe})")
         result = finish_export(proto, request.path, subject.model, subject.inputs, subject.outputs, report,
-                               recipe=self.recipe, examples=subject.examples or None, **self.options)
+                               recipe=self.recipe, examples=subject.examples or None, **self._options(request))
         self.result = result.to_dict()
         report.model_sha256 = content_hash(result.float_path)  # the proven float model, beside the approximate one
 
+    def _options(self, request) -> dict:
+        """``quantize_options``; ``auto``'s target defaults to the export's own ``target=`` release."""
+        options = dict(self.options)
+        if options.get("target") is None and getattr(request, "target", None) is not None:
+            options["target"] = f"{request.target.runtime}=={request.target.release}"
+        return options
+
     def describe(self) -> dict:
         q = self.result
-        return {**q, "summary": [f"quantized   {q.get('recipe')} -> {q.get('path')} (float model: "
-                                 f"{q.get('float_path')})"]}
+        lines = [f"quantized   {q.get('recipe')} -> {q.get('path')} (float model: {q.get('float_path')})"]
+        if q.get("chosen_by"):
+            from onnx_compat.quantization.report import tried_line
+            lines += [f"            {q['chosen_by']}"] + [f"              {tried_line(t)}" for t in q["tried"]]
+        return {**q, "summary": lines}

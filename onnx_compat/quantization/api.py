@@ -8,6 +8,10 @@ model and the unpatched eager model, nodes are excluded while it misses a
 threshold, and only a model that meets every threshold is written (to a
 temporary file beside ``out``, then renamed).
 
+``recipe="auto"`` (the default, and what a user who names only a ``target``
+gets) tries the recipes that suit the target runtime and keeps the fastest
+that meets every threshold and runs faster than float (``auto.py``).
+
 Where the models go: ``quantize(...)`` writes ``out`` (default
 ``<stem>.<recipe>.onnx`` beside the float model, which stays as it is);
 ``export(..., quantize=recipe)`` writes the approximate model at ``path`` and
@@ -26,7 +30,7 @@ import onnx
 import torch
 
 from ..spec import TensorSpec
-from . import exclusion, latency, logs, measures as measures_mod, recipes, verify_approx
+from . import auto, exclusion, latency, logs, measures as measures_mod, recipes, verify_approx
 from ..pipeline.files import check_writable, content_hash, write_atomically
 from ..pipeline.report import Report
 from .calibration import FeedsReader, calibration_feeds
@@ -37,10 +41,16 @@ EXCLUDE_LIMIT = 16  # nodes automatic exclusion may leave in float before it say
 RANKING_FEEDS = 2  # calibration inputs the per-node error is measured on
 
 
-def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe, out: Optional[str] = None,
-             measures=None, thresholds: Optional[Dict[str, float]] = None, examples=None, report=None,
+def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe: str = auto.AUTO,
+             target: Optional[str] = None, out: Optional[str] = None, measures=None,
+             thresholds: Optional[Dict[str, float]] = None, examples=None, report=None,
              exclude_limit: int = EXCLUDE_LIMIT) -> QuantReport:
     """Make ``recipe``'s version of the proven float model at ``onnx_path``, verify it, write it to ``out``.
+
+    ``recipe``: a name from ``RECIPES``, or ``"auto"`` (default): the recipes that suit ``target`` (default
+    ``"onnxruntime"``, CPU) are each made and verified, then timed against the float model in one interleaved
+    loop; the fastest that met every threshold and runs faster than float is written (``out`` default
+    ``<stem>.<that recipe>.onnx``), and the report's ``tried`` holds each one's size, latency and measures.
 
     ``report``: the float model's verification report (a ``Report`` or its JSON path); required: an
     unproven float model has no reference worth approximating. ``measures``: names for every float output
@@ -52,14 +62,16 @@ def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe, out:
     """
     t0 = time.perf_counter()
     onnx_path = os.path.abspath(os.fspath(onnx_path))
-    job = check_request(recipe, inputs, outputs, measures=measures, thresholds=thresholds, examples=examples,
-                        graph=_graph(onnx_path))
+    job = check_request(recipe, inputs, outputs, target=target, measures=measures, thresholds=thresholds,
+                        examples=examples, graph=_graph(onnx_path))
     proven = _proven(report, onnx_path, job["recipe"].name)
-    out = _out_path(out, onnx_path, job["recipe"].name)
+    names = getattr(job["recipe"], "candidates", None) or (job["recipe"].name,)
+    paths = {name: _out_path(out, onnx_path, name) for name in names}  # every possible path checked before work
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
         float_copy = _working_copy(onnx.load(onnx_path), work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
         result.float_path, result.float_report = onnx_path, proven
+        out = paths[result.recipe]
         write_atomically(onnx.load(made), out)
     result.path = out
     result.timings["total"] = time.perf_counter() - t0
@@ -67,15 +79,15 @@ def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe, out:
 
 
 def finish_export(proto: onnx.ModelProto, path: str, model: torch.nn.Module, inputs, outputs, report, *,
-                  recipe, measures=None, thresholds=None, examples=None,
+                  recipe=auto.AUTO, target: Optional[str] = None, measures=None, thresholds=None, examples=None,
                   exclude_limit: int = EXCLUDE_LIMIT) -> QuantReport:
     """The end of ``export(..., quantize=recipe)``, called instead of writing the verified float ``proto``:
     the approximate model goes to ``path`` and the float model beside it as ``<stem>.float.onnx``; when
     quantization fails neither is written. ``report``: the export's ``Report`` (verified)."""
     t0 = time.perf_counter()
     path = check_writable(path)
-    job = check_request(recipe, inputs, outputs, measures=measures, thresholds=thresholds, examples=examples,
-                        graph=proto.graph)
+    job = check_request(recipe, inputs, outputs, target=target, measures=measures, thresholds=thresholds,
+                        examples=examples, graph=proto.graph)
     _proven(report, None, job["recipe"].name)
     float_path = float_path_for(path)
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
@@ -94,11 +106,18 @@ def float_path_for(path: str) -> str:
     return f"{stem}.float{ext or '.onnx'}"
 
 
-def check_request(recipe, inputs, outputs, *, measures=None, thresholds=None, examples=None, graph=None) -> dict:
-    """Every argument checked before anything runs (``export`` calls it before exporting): the recipe,
-    measures and thresholds, and the calibration examples. Returns what ``_make_verified`` needs.
-    ``graph``: the float model's graph when known (a (Log)Softmax output gets top1 among the default measures)."""
-    chosen = recipes.by_name(recipe)
+def check_request(recipe=auto.AUTO, inputs=None, outputs=None, *, target=None, measures=None, thresholds=None,
+                  examples=None, graph=None) -> dict:
+    """Every argument checked before anything runs (``export`` calls it before exporting): the recipe (or
+    ``auto``'s plan for ``target``), measures and thresholds, and the calibration examples. Returns what
+    ``_make_verified`` needs. ``graph``: the float model's graph when known (a (Log)Softmax output gets top1
+    among the default measures)."""
+    if recipe is None or recipe == auto.AUTO:
+        chosen = auto.plan(target)
+    else:
+        chosen = recipes.by_name(recipe)
+        if target is not None:
+            auto.plan(target)  # a target auto does not know is named even when a recipe is given
     inputs, outputs = _specs(inputs, "inputs", chosen.name), _specs(outputs, "outputs", chosen.name)
     floats = [s.name for s in outputs if s.dtype.is_floating_point]
     resolved = measures_mod.resolve(measures, thresholds, floats, chosen.name,
@@ -212,14 +231,61 @@ def _working_copy(proto: onnx.ModelProto, work: str, recipe: str) -> str:
 
 
 def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
-    """Make, verify, exclude while a threshold is missed: ``(path of the model made, QuantReport)``."""
-    recipe, outputs, chosen = job["recipe"], job["outputs"], job["measures"]
+    """The eager and float references (computed once, whatever is tried), then the recipe made, verified and
+    timed against float, or ``auto``'s candidates: ``(path of the model made, QuantReport)``."""
     timings: Dict[str, float] = {}
     t = time.perf_counter()
-    cases = verify_approx.cases_for(model, job["inputs"], outputs)
+    cases = verify_approx.cases_for(model, job["inputs"], job["outputs"])
     references = verify_approx.reference_outputs(float_path, cases)
-    _reachable(float_path, cases, references, outputs, chosen, recipe.name)
+    _reachable(float_path, cases, references, job["outputs"], job["measures"], job["recipe"].name)
     timings["references"] = time.perf_counter() - t
+    if isinstance(job["recipe"], auto.Plan):
+        return _make_auto(float_path, work, job, cases, references, limit, timings)
+    made, report = _make_one(float_path, work, job["recipe"], job, cases, references, limit, timings)
+    t = time.perf_counter()
+    runs = _timed_runs(float_path, {"quantized": made}, cases)
+    report.latency = {**latency.compare(runs["float"], runs["quantized"]), "sizes": dict(_timing_case(cases).sizes)}
+    timings["latency"] = time.perf_counter() - t
+    _share_and_warnings(report, made)
+    return made, report
+
+
+def _make_auto(float_path: str, work: str, job: dict, cases, references, limit: int, timings: Dict[str, float]):
+    """Each candidate of ``auto``'s plan made and verified; those that met every threshold timed together
+    against float; the fastest faster than float kept, with every candidate's row in ``tried``."""
+    plan, made, reports, dropped = job["recipe"], {}, {}, {}
+    for name in plan.candidates:
+        t = time.perf_counter()
+        try:
+            made[name], reports[name] = _make_one(float_path, work, recipes.by_name(name), job, cases, references,
+                                                  limit, {})
+        except QuantizationError as exc:  # missed a threshold or changed nothing: a row of the report, not the end
+            dropped[name] = exc
+        timings[f"make_and_verify {name}"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if made:
+        runs = _timed_runs(float_path, made, cases)
+        speeds = latency.compare_many(runs.pop("float"), runs, rounds=auto.ROUNDS)
+        for name, report in reports.items():
+            report.latency = {**speeds[name], "sizes": dict(_timing_case(cases).sizes)}
+    timings["latency"] = time.perf_counter() - t
+    tried = [auto.tried_entry(n, reports.get(n), dropped.get(n)) for n in plan.candidates]
+    best = auto.pick(tried)
+    if best is None:
+        raise auto.nothing_pays(plan.target, tried)
+    report = reports[best["recipe"]]
+    report.target, report.tried, report.timings = plan.target, tried, timings
+    report.chosen_by = (f"auto ({plan.target}): the fastest of {len(reports)} recipe(s) that met every threshold, "
+                        f"{best['latency']['ratio']:.2f}x the float model's time, out of {len(tried)} tried")
+    _share_and_warnings(report, made[best["recipe"]], stacklevel=5)
+    return made[best["recipe"]], report
+
+
+def _make_one(float_path: str, work: str, recipe, job: dict, cases, references, limit: int,
+              timings: Dict[str, float]):
+    """One recipe made, verified, nodes excluded while it misses a threshold: ``(path, QuantReport)`` without
+    its latency; a ``QuantizationError`` when it misses or changes nothing."""
+    outputs, chosen = job["outputs"], job["measures"]
     made = os.path.join(work, f"{recipe.name}.onnx")
     reader = FeedsReader(job["feeds"]) if recipe.calibrated else None
 
@@ -256,24 +322,29 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
     report.bytes = {"float": float_size, "quantized": size, "ratio": round(size / float_size, 4)}
     if excluded:
         report.exclusion_cost = _cost(first, result, first_size, size)
-    t = time.perf_counter()
-    _speed_and_share(report, float_path, made, cases, [n for c in excluded for n in c.nodes])
-    timings["latency"] = time.perf_counter() - t
     return made, report
 
 
-def _speed_and_share(report: QuantReport, float_path: str, made: str, cases, excluded: List[str]) -> None:
-    """The latency against the float model (interleaved runs on the largest checked input) and the share of
-    weights left in float32; what a user should know before deploying it is warned about and kept."""
-    case = max(cases, key=lambda c: sum(v.numel() for v in c.feeds.values()))
-    feeds = {k: v.numpy() for k, v in case.feeds.items()}
-    float_run, made_run = verify_approx.runner(float_path), verify_approx.runner(made)
-    report.latency = latency.compare(lambda: float_run(feeds), lambda: made_run(feeds))
-    report.latency["sizes"] = dict(case.sizes)
+def _timing_case(cases):
+    """The largest checked input: where a difference in speed shows most."""
+    return max(cases, key=lambda c: sum(v.numel() for v in c.feeds.values()))
+
+
+def _timed_runs(float_path: str, made: Dict[str, str], cases) -> dict:
+    """One call each of the float model and every model made, on the largest checked input, one thread."""
+    feeds = {k: v.numpy() for k, v in _timing_case(cases).feeds.items()}
+    runners = {"float": verify_approx.runner(float_path), **{n: verify_approx.runner(p) for n, p in made.items()}}
+    return {name: (lambda run=run: run(feeds)) for name, run in runners.items()}
+
+
+def _share_and_warnings(report: QuantReport, made: str, stacklevel: int = 4) -> None:
+    """The share of weights left in float32, and what a user should know before deploying the model written
+    (slower than float, most weights float32), warned about and kept in the report."""
+    excluded = [n for c in report.excluded for n in c["nodes"]]
     report.float_weights = latency.float_weight_share(onnx.load(made))
     report.warnings = latency.warnings_for(report.recipe, report.latency, report.float_weights, excluded)
     for text in report.warnings:
-        warnings.warn(text, QuantizationWarning, stacklevel=4)
+        warnings.warn(text, QuantizationWarning, stacklevel=stacklevel)
 
 
 def _reachable(float_path, cases, references, outputs, chosen, recipe: str) -> None:

@@ -1,4 +1,4 @@
-"""``onnx-compat quantize MODEL.onnx FACTORY --recipe R --report REPORT.json [--out OUT]``.
+"""``onnx-compat quantize MODEL.onnx FACTORY [--recipe R|auto] [--target RUNTIME] --report REPORT.json [--out OUT]``.
 
 ``onnx_compat.cli``'s verb table names this module: ``add_parser(subparsers)``
 adds the verb, ``run(args)`` runs it and returns the exit code (0: written; a
@@ -21,7 +21,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     q = subparsers.add_parser("quantize", help="an int8/float16 version of a proven float model, verified, or nothing")
     q.add_argument("onnx", help="the float model (exported and verified)")
     q.add_argument("factory", help="MODULE:FACTORY (the eager model and its specs)")
-    q.add_argument("--recipe", required=True, choices=NAMES)
+    q.add_argument("--recipe", default="auto", choices=("auto", *NAMES),
+                   help="default auto: the fastest recipe for --target that meets the thresholds and beats float")
+    q.add_argument("--target", help="the runtime auto chooses for (default onnxruntime, CPU)")
     q.add_argument("--report", required=True, help="the float model's verification report (export --json)")
     q.add_argument("--out", help="the model to write (default: MODEL.<recipe>.onnx beside MODEL.onnx)")
     q.add_argument("--measure", action="append", metavar="NAME|OUTPUT=NAME",
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     examples = load_examples(args.examples)
     load(args.onnx)  # a missing or damaged model is named before the factory runs
     model, inputs, outputs, factory_examples = load_factory(args.factory)
-    report = quantize(args.onnx, model, inputs, outputs, recipe=args.recipe, out=args.out and out,
+    report = quantize(args.onnx, model, inputs, outputs, recipe=args.recipe, target=args.target, out=args.out and out,
                       measures=measures, thresholds=thresholds, examples=examples or factory_examples,
                       report=args.report, exclude_limit=args.exclude_limit)
     if report_path:

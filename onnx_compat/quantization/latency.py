@@ -43,6 +43,22 @@ def compare(float_run: Callable[[], object], quantized_run: Callable[[], object]
             "rounds": rounds, "threads": 1}
 
 
+def compare_many(float_run: Callable[[], object], runs: Dict[str, Callable[[], object]],
+                 rounds: int = ROUNDS) -> Dict[str, dict]:
+    """Several quantized models and the float one in one interleaved loop (``auto``'s candidates): for each
+    name, ``compare``'s dict against the float median of the same loop, so the ratios compare."""
+    if "float" in runs:
+        raise ValueError("'float' names the float model's run")
+    times = run_interleaved({"float": float_run, **runs}, rounds)
+    slow = statistics.median(times["float"])
+    found = {}
+    for name in runs:
+        fast = statistics.median(times[name])
+        found[name] = {"float_s": slow, "quantized_s": fast, "ratio": round(fast / slow, 4) if slow > 0 else None,
+                       "rounds": rounds, "threads": 1}
+    return found
+
+
 def float_weight_share(proto: onnx.ModelProto) -> Optional[float]:
     """Share of the weight values (initializers of 16 values or more) still float32 in ``proto``."""
     total = left = 0

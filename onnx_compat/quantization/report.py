@@ -27,6 +27,10 @@ class QuantReport:
     warnings: List[str] = field(default_factory=list)  # slower than float, most weights left in float
     messages: List[str] = field(default_factory=list)  # what ONNX Runtime's tools logged (logs.py), once each
     timings: Dict[str, float] = field(default_factory=dict)
+    # recipe="auto": the target runtime, why this recipe, and each candidate's row (auto.tried_entry)
+    target: Optional[str] = None
+    chosen_by: Optional[str] = None
+    tried: List[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,9 +66,24 @@ class QuantReport:
             lines.append(f"latency     {lat['quantized_s'] * 1e3:.3g} ms vs float {lat['float_s'] * 1e3:.3g} ms: "
                          f"{lat['ratio']:.2f}x (median of {lat['rounds']} interleaved runs, {lat['threads']} thread, "
                          f"at {lat.get('sizes')})")
+        if self.chosen_by:
+            lines.append(f"chosen      {self.chosen_by}")
+        for t in self.tried:
+            lines.append("  " + tried_line(t))
         if self.float_weights is not None:
             lines.append(f"float32     {self.float_weights:.0%} of the weight values")
         lines += [f"warning     {w}" for w in self.warnings]
         lines += [f"ort logged  {m}" for m in self.messages]
         lines.append("time        " + ", ".join(f"{k} {duration(v)}" for k, v in self.timings.items()))
         return "\n".join(lines)
+
+
+def tried_line(t: dict) -> str:
+    """One candidate of ``auto``: its size and latency against float and its worst measures, or why it was
+    dropped."""
+    if not t["ok"]:
+        return f"{t['recipe']:<18} dropped: {t['why']}"
+    lat, size = t["latency"], t["bytes"]
+    worst = ", ".join(f"{k} {v:.4g}" for k, v in t["measures"].items())
+    return (f"{t['recipe']:<18} {size['ratio']:.2f} of the size, {lat['ratio']:.2f}x the float time "
+            f"({lat['quantized_s'] * 1e3:.3g} vs {lat['float_s'] * 1e3:.3g} ms); {worst}")

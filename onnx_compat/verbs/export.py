@@ -18,7 +18,7 @@ def _contracts():
 
 def _recipes():
     from onnx_compat.quantization.recipes import NAMES
-    return list(NAMES)
+    return ["auto", *NAMES]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -45,8 +45,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding, ...")
     e.add_argument("--vocabulary", help="the contract's tokens, one per line (blank included)")
     e.add_argument("--quantize", choices=LazyChoices(_recipes), metavar="RECIPE",
-                   help="write an int8/float16 model, verified against the float one: int8-dynamic, int8-static, "
-                        "fp16, ... (the float model goes beside it)")
+                   help="write an int8/float16 model, verified against the float one: auto (the fastest recipe "
+                        "that meets the thresholds and beats float), int8-dynamic, int8-static, fp16, ... "
+                        "(the float model goes beside it)")
     hf_cli.add_arguments(e)
     return e
 
