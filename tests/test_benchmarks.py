@@ -214,3 +214,16 @@ def test_benchmarks_and_tests_share_cases_only_through_the_package():
     for module in sorted(test_modules - smoke):
         used = _imported_names(os.path.join(ROOT, "tests", f"{module}.py")) & bench_modules
         assert not used, f"tests/{module}.py imports benchmark scripts {used}"
+
+
+def test_the_sweep_environment_script_parses_and_pins_the_project_torch():
+    """benchmarks/sweep/make_env.sh (not run here: it downloads the sweep's libraries) is valid bash and installs
+    the torch constraints.txt pins, so the sweep measures the release the tests run."""
+    import subprocess
+    script = os.path.join(ROOT, "benchmarks", "sweep", "make_env.sh")
+    assert subprocess.run(["bash", "-n", script], capture_output=True, text=True).returncode == 0
+    with open(os.path.join(ROOT, "constraints.txt"), encoding="utf-8") as f:
+        torch_pin = next(line.strip() for line in f if line.startswith("torch=="))
+    with open(script, encoding="utf-8") as f:
+        text = f.read()
+    assert torch_pin.split("+")[0] in text, f"make_env.sh does not install {torch_pin}"
