@@ -14,12 +14,12 @@ import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from onnx_compat import export
 from onnx_compat.models import blstm, conformer
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.runtimes.openvino import openvino_runtime
+from onnx_compat.runtimes.session import open_session
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import median_seconds  # noqa: E402
@@ -31,9 +31,7 @@ RUNS = 20
 
 
 def _ort(path):
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return open_session(path, threads=1)
 
 
 def measure(name, job, batch, steps, folder):

@@ -42,6 +42,7 @@ from readme_block import write_marked  # noqa: E402
 import onnx_compat  # noqa: E402
 from onnx_compat.models import audio, blstm, conformer, zoo  # noqa: E402
 from onnx_compat.quantization import RECIPE_NAMES, QuantizationError, quantize  # noqa: E402
+from onnx_compat.runtimes.session import open_session  # noqa: E402
 from onnx_compat.spec import Dim, make_inputs  # noqa: E402
 
 
@@ -75,10 +76,7 @@ def latencies(paths, feeds: dict, threads: int, runs: int, warmup: int = 3):
     machine's load (it is shared) falls on all of them alike. ``threads`` 0: ONNX Runtime's default."""
     runners = []
     for path in paths:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.log_severity_level = 4
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        sess = open_session(path, threads=threads)
         types = {i.name: np.float16 if i.type == "tensor(float16)" else None for i in sess.get_inputs()}
         arrays = {k: v.astype(types[k]) if types.get(k) is not None else v for k, v in feeds.items()}
         runners.append(lambda sess=sess, arrays=arrays: sess.run(None, arrays))
