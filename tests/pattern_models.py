@@ -278,3 +278,56 @@ class CoverWithConv(nn.Module):
         length = x.shape[-1]
         covered = (math.ceil((length - 8) / 4 + 1) - 1) * 4 + 8
         return self.conv(F.pad(x[:, None], (0, covered - length)))
+
+
+# --- issue #39, 1 and 4: the longest of a lengths input read back as a number ---------------------
+
+class _DeclaresLengths(nn.Module):
+    """``forward(x, lengths)``, the lengths those of x's dim 1: export()'s adapter declares such an input
+    (``data:size1``) while exporting; a bare ``torch.onnx.export`` of these models declares it here alike."""
+
+    declares = True  # False: export()'s adapter declares them
+
+    def forward(self, x, lengths):
+        from onnx_compat.patches.lengths import declared
+        with declared((x, lengths), {1: (0, 1, "x0:size1")} if self.declares else {}):
+            return self.body(x, lengths)
+
+
+class LengthsMask(_DeclaresLengths):
+    """Masked mean over time, the mask sized by the longest length read back as a number (torchaudio-style
+    ``lengths.max().item()``, ``max(lengths)``, ``max(lengths.tolist())``, ``torch.max(lengths)``)."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form, self.proj = form, nn.Linear(8, 8)
+
+    def body(self, x, lengths):
+        longest = {"item": lambda: lengths.max().item(), "builtin": lambda: max(lengths),
+                   "tolist": lambda: max(lengths.tolist()), "torch_max": lambda: torch.max(lengths)}[self.form]()
+        mask = torch.arange(longest, device=x.device)[None, :] < lengths[:, None]
+        return (self.proj(x) * mask[..., None]).sum(1) / lengths[:, None]
+
+
+class CheckedLengths(_DeclaresLengths):
+    """The input's time size checked against the longest length (``assert x.size(1) == lengths.max().item()``)
+    in a model whose reduction dims come from ``torch.arange(...).tolist()`` (asteroid's global norm), which
+    only the non-strict dynamo exporter traces with the patches."""
+
+    def body(self, x, lengths):
+        assert x.size(1) == lengths.max().item(), "time size and lengths disagree"
+        return _global_norm(x) * lengths[:, None, None]
+
+
+class TrimmedToLongest(_DeclaresLengths):
+    """Reads the longest length and expects it shorter than the padding: under the convention it is not."""
+
+    def body(self, x, lengths):
+        return x[:, :lengths.max().item()].sum(1) / lengths[:, None]
+
+
+class LengthsList(_DeclaresLengths):
+    """``lengths.tolist()`` read per sequence: a Python list as long as the batch."""
+
+    def body(self, x, lengths):
+        return torch.stack([x[i, :n].mean(0) for i, n in enumerate(lengths.tolist())])

@@ -2,6 +2,8 @@
 its own in several forms. Exports run under ``patched()`` (mostly TorchScript, a few dynamo), ONNX Runtime
 is compared with the unpatched eager model at new batch and length sizes (B=1 too), and the vanilla
 failure is asserted where this torch has it."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -10,11 +12,13 @@ import torch.nn.functional as F
 
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
+from onnx_compat.errors import SpecError
 from onnx_compat.int_ranges import IntRangeError, infer_int_ranges
 from onnx_compat.patches.checks import check_outcome
-from onnx_compat.testing import patch_case_tests
+from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
+from pattern_models import (CheckedLengths, LengthsList, LengthsMask, TrimmedToLongest)
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
                             FramesFromStride, GlobalNorm, PadToStrideProduct, Scripted, SizeMath,
                             SqueezeAll, StridedFrames, TracedNFFT, ValueBranch, ValueChecks, _assert_form,
@@ -96,9 +100,78 @@ BY_NAME = {case.name: case for case in PATTERN_CASES}
 test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(PATTERN_CASES)
 
 
-@pytest.mark.parametrize("case", [c for c in PATTERN_CASES if c.name != "as_strided_frames"], ids=lambda c: c.name)
+
+# --- issue #39, 1 and 4: the longest of a declared lengths input is the padded dim -----------------
+
+def _padded_batch(B, T, g):
+    """x [B, T, 8] and its lengths, the longest filling T (the convention a declared lengths input keeps)."""
+    lengths = torch.randint(max(1, T // 2), T + 1, (B,), generator=g)
+    lengths[0] = T
+    return torch.randn(B, T, 8, generator=g), lengths
+
+
+_LENGTHS_AXES = {0: {0: "b", 1: "t"}, 1: {0: "b"}}
+_BROADCAST = "Attempting to broadcast an axis"  # ONNX Runtime, the example's longest length baked
+LENGTHS_CASES = {
+    "longest_item": (lambda: LengthsMask("item"), _padded_batch, _LENGTHS_AXES, ("torchscript",),
+                     {"torchscript": _BROADCAST}),
+    "longest_builtin_max": (lambda: LengthsMask("builtin"), _padded_batch, _LENGTHS_AXES, ("torchscript", "dynamo"),
+                            {"torchscript": "Split size 1 exceeds", "dynamo": "Got invalid dimensions"}),
+    "longest_of_tolist": (lambda: LengthsMask("tolist"), _padded_batch, _LENGTHS_AXES, ("torchscript", "dynamo"),
+                          {"torchscript": _BROADCAST, "dynamo": "Got invalid dimensions"}),
+    # the traced maximum is dynamic by itself under TorchScript: the patch must leave it so
+    "longest_torch_max": (lambda: LengthsMask("torch_max"), _padded_batch, _LENGTHS_AXES, ("torchscript",), {}),
+    # the check stops the non-strict dynamo trace the other patches (constant_values) work in
+    "size_checked_against_longest": (CheckedLengths, _padded_batch, _LENGTHS_AXES, ("dynamo",),
+                                     {"dynamo": "data-dependent"}),
+}
+LENGTH_PATTERN_CASES = pattern_cases(
+    LENGTHS_CASES, SIZES,
+    unpatched=lambda name: (lambda: onnx_compat.patched(exclude=["padded_lengths"])) if name.startswith("size_") else None)
+test_longest_length_export_matches_eager, test_vanilla_longest_length_fails_as_recorded = \
+    patch_case_tests(LENGTH_PATTERN_CASES)
+
+
+@pytest.mark.parametrize("case", [c for c in PATTERN_CASES + LENGTH_PATTERN_CASES if c.name != "as_strided_frames"],
+                         ids=lambda c: c.name)
 def test_eager_is_untouched_inside_patched(case):
     case.assert_eager_untouched()
+
+
+def _line_of(cls, text):
+    import inspect
+    lines, start = inspect.getsourcelines(cls)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_an_example_shorter_than_its_padding_is_refused_naming_the_line():
+    """The graph computes with the padded dim as the longest length; an example that needs it shorter is
+    refused before anything is exported, naming the line that read it."""
+    x, lengths = torch.randn(2, 37, 8), torch.tensor([30, 20])
+    with onnx_compat.patched(), pytest.raises(SpecError) as raised:
+        export(TrimmedToLongest(), (x, lengths), "torchscript", _LENGTHS_AXES)
+    assert f"pattern_models.py:{_line_of(TrimmedToLongest, 'lengths.max()')}" in str(raised.value)
+    assert "longest length is 30, shorter than the padded 37" in str(raised.value)
+
+
+@needs_dynamo
+def test_lengths_read_per_sequence_is_refused_naming_the_line():
+    with onnx_compat.patched(), pytest.raises(Exception) as raised:
+        export(LengthsList(), _padded_batch(2, 37, torch.Generator().manual_seed(0)), "dynamo", _LENGTHS_AXES)
+    text = str(raised.value)
+    assert f"pattern_models.py:{_line_of(LengthsList, 'enumerate(')}" in text and "dynamic batch" in text, text[-800:]
+
+
+def test_longest_length_through_export(tmp_path):
+    """export() declares the lengths of a TensorSpec itself and verifies at batches whose longest fills T."""
+    model = LengthsMask("builtin")
+    model.declares = False
+    b, t = Dim("batch"), Dim("time")
+    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs=[TensorSpec("x", [b, t, 8], lengths=[1],
+                                                                                   lengths_dtype=torch.int64)],
+                                outputs=[TensorSpec("pooled", [b, 8])], exporter="torchscript")
+    assert all(c["ok"] for c in report.verification) and report.degenerate == [], report.summary()
+    assert any(c["sizes"]["batch"] == 1 for c in report.verification), report.summary()
 
 
 # --- value checks: which branch is the check ------------------------------------------------------
@@ -316,3 +389,31 @@ def test_tensor_type_slots_are_what_they_were_after_patched():
     with onnx_compat.patched():
         inside = probe()
     assert before == inside == probe() and before[:2] == (0, 0)
+
+
+# --- issue #39, 7 and Deliver 4: the patches never do worse than the plain export ------------------
+
+def _verifies(case, exporter, patched):
+    """None when the export (patched or plain) gives eager's numbers at the first checked size (B=1),
+    else the first line of why not."""
+    model = case.model()
+    try:
+        with onnx_compat.patched() if patched else contextlib.nullcontext():
+            proto = case.export(model, exporter)
+        assert_matches_eager(proto, model, case.checks()[:1], atol=case.atol, rtol=case.rtol, name=case.name)
+    except Exception as exc:  # noqa: BLE001 - any failure counts as not verified; the reason is shown
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+    return None
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_patched_never_verifies_fewer_pattern_models_than_vanilla(exporter):
+    """On every bundled pattern model this exporter runs, a model the plain export verifies is verified
+    patched too (so patched never verifies fewer), and the patches verify at least one more."""
+    cases = [c for c in PATTERN_CASES + LENGTH_PATTERN_CASES if exporter in c.exporters]
+    outcome = {c.name: (_verifies(c, exporter, False), _verifies(c, exporter, True)) for c in cases}
+    worse = {name: patched for name, (plain, patched) in outcome.items() if plain is None and patched is not None}
+    assert not worse, f"{exporter}: verified by the plain export, not patched: {worse}"
+    plain_ok = sum(plain is None for plain, _ in outcome.values())
+    patched_ok = sum(patched is None for _, patched in outcome.values())
+    assert patched_ok > plain_ok, (exporter, outcome)

@@ -29,6 +29,7 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from .when import torchscript_exporting
 from ._warning_site import model_frame, said_at
+from . import lengths
 
 _MAX_VALUES = 4096
 _known: Dict[int, Tuple[weakref.ref, np.ndarray]] = {}
@@ -127,6 +128,9 @@ def _traced_call(wrapped, instance, args, kwargs):
 
 
 def _constants(wrapped, instance, args, kwargs):
+    padded = lengths.read(wrapped, instance, args, kwargs)  # a declared lengths input's longest (lengths.py)
+    if padded is not None:
+        return padded
     if torchscript_exporting():  # nothing to do there but keep the tracer's warnings at the model's line
         return said_at(model_frame(), wrapped, *args, **kwargs)
     name = wrapped.__name__

@@ -23,3 +23,4 @@ from onnx_compat.patches import size_math  # noqa: F401
 from onnx_compat.patches import loops  # noqa: F401
 from onnx_compat.patches import constants  # noqa: F401
 from onnx_compat.patches import shape_libraries  # noqa: F401
+from onnx_compat.patches import lengths  # noqa: F401

@@ -30,14 +30,19 @@ from .recurrent import _refuse
 _SymInt = getattr(torch, "SymInt", None)
 
 
+def _past_patches(frame):
+    while frame is not None and (frame.f_globals.get("__name__", "").startswith(__package__)
+                                 or frame.f_code is Patch.gate.__code__):
+        frame = frame.f_back
+    return frame
+
+
 def _model_frame():
     """The model code's frame that made the call (iterating a tensor counts as the model's own
     ``unbind``), or None when torch or a patch did."""
-    frame = sys._getframe(1)
-    while frame is not None and (frame.f_globals.get("__name__") == __name__ or frame.f_code is Patch.gate.__code__):
-        frame = frame.f_back
+    frame = _past_patches(sys._getframe(1))
     if frame is not None and frame.f_code is torch.Tensor.__iter__.__code__:
-        frame = frame.f_back
+        frame = _past_patches(frame.f_back)  # __iter__ itself may be wrapped (padded_lengths)
     if frame is None:
         return None
     module = frame.f_globals.get("__name__", "")

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from onnx_compat.errors import SpecError
+from onnx_compat.patches.lengths import declared
 from onnx_compat.spec import Dim, TensorSpec, size_name
 
 
@@ -25,15 +26,17 @@ class IOAdapter(torch.nn.Module):
         super().__init__()
         self.model = model
         self.arg_names = [arg for _, arg in pairs]
+        self.lengths = lengths_of([name for name, _ in pairs])
         self.length_dtypes = [spec.lengths_dtype for spec in outputs for _ in spec.lengths]
         self.layout = [len(spec.lengths) for spec in outputs]
         self.train(model.training)  # a new Module trains; the exporter ends with train(root_flag) on this one
 
     def forward(self, *tensors: torch.Tensor):
-        if self.arg_names and self.arg_names[0] is not None:
-            result = self.model(**dict(zip(self.arg_names, tensors)))
-        else:
-            result = self.model(*tensors)
+        with declared(tensors, self.lengths):  # the longest length is the padded dim (patches/lengths.py)
+            if self.arg_names and self.arg_names[0] is not None:
+                result = self.model(**dict(zip(self.arg_names, tensors)))
+            else:
+                result = self.model(*tensors)
         flat = flatten(result)
         if len(flat) != sum(1 + n for n in self.layout):
             return tuple(flat)  # check_outputs reports the mismatch with names
@@ -45,6 +48,18 @@ class IOAdapter(torch.nn.Module):
                 k += 1
             i += 1 + n_lengths
         return tuple(out)
+
+
+def lengths_of(names: Sequence[str]) -> Dict[int, Tuple[int, int, str]]:
+    """``{position of a lengths input: (position of its tensor, axis, its ONNX name)}`` from the ONNX input
+    names (a tensor's lengths are named ``size_name(tensor, axis)``)."""
+    found = {}
+    for j, name in enumerate(names):
+        for i, other in enumerate(names):
+            axis = other[len(name) + len(":size"):] if other.startswith(f"{name}:size") else ""
+            if axis.isdigit() and other == size_name(name, int(axis)):
+                found[i] = (j, int(axis), other)
+    return found
 
 
 def flatten(result) -> List[torch.Tensor]:

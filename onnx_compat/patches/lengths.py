@@ -1,0 +1,204 @@
+"""The longest of a declared lengths input read as the padded dim, while an export traces.
+
+Models size a padding mask, or check the input, with the longest length read
+back as a Python number: ``lengths.max().item()``, ``max(lengths)``,
+``max(lengths.tolist())`` (measured on torch 2.13 with a mask
+``arange(n)[None] < lengths[:, None]`` applied to the padded input). The
+TorchScript exporter bakes the example's longest length (ONNX Runtime then
+fails to broadcast "23 by 37" at another length); under dynamo
+``max(lengths)`` and ``lengths.tolist()`` loop over the batch, which is then
+specialised ("Got invalid dimensions for input").
+
+A lengths input declared for a dim (``TensorSpec(lengths=[axis])``, ONNX
+name ``data:size1``) means by convention that the padded dim is the longest
+length: every padded batch is as long as its longest sequence. While an
+export traces, the maximum of such an input (``max()``/``amax()`` without a
+dim, builtin ``max`` over it or over its ``tolist()``) is therefore read as the
+padded dim itself: a traced size under TorchScript, the dim's symbol under
+dynamo. The graph is right at every input that keeps the convention, which
+is how the pipeline verifies (the longest length of each batch fills it).
+
+``declare`` says which input holds the lengths of which dim; ``export()``'s
+adapter declares every lengths input of the specs. The example traced must
+keep the convention: under TorchScript an example whose longest length is
+shorter than the padded dim is refused, naming the line that read it. A
+``lengths.tolist()`` read otherwise (a list as long as a dynamic batch) is
+refused under dynamo, naming the line. ``int()`` of the maximum must return a
+Python int: under TorchScript it stays baked (the pipeline names the line);
+under dynamo torch's own strict retry keeps ``int(lengths.max())`` symbolic.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+import weakref
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from onnx_compat.errors import SpecError
+from onnx_compat.patches.registry import Patch, register
+from .loops import _listed, called_name
+from .recurrent import _refuse
+from .when import any_exporting, dynamo_exporting, torchscript_exporting
+from ._warning_site import model_frame, said_at
+
+# id(tensor) -> (the tensor, the padded tensor, its axis, the lengths' name)
+_declared: Dict[int, Tuple[weakref.ref, weakref.ref, int, str]] = {}
+# id(a maximum read as the padded size) -> (that tensor, the size: a traced 0-d tensor or a SymInt)
+_padded: Dict[int, Tuple[weakref.ref, object]] = {}
+
+
+def wanted() -> bool:
+    """Declarations matter only while an export runs our Python (not inside dynamo's bytecode tracing,
+    whose strict retry sees no Python-level state)."""
+    compiling = getattr(getattr(torch, "compiler", None), "is_dynamo_compiling", None)  # is_compiling: export too
+    return not (compiling is not None and compiling()) and any_exporting()
+
+
+def declare(tensors: Sequence[torch.Tensor], lengths: Mapping[int, Tuple[int, int, str]]) -> list:
+    """``tensors[i]`` holds the lengths of dim ``axis`` of ``tensors[j]`` for each ``i: (j, axis, name)``;
+    returns the keys to hand to ``forget`` once the model has run."""
+    keys = []
+    for i, (j, axis, name) in lengths.items():
+        lengths_tensor, padded = tensors[i], tensors[j]
+        if isinstance(lengths_tensor, torch.Tensor) and isinstance(padded, torch.Tensor):
+            _declared[id(lengths_tensor)] = (weakref.ref(lengths_tensor), weakref.ref(padded), axis, name)
+            keys.append(id(lengths_tensor))
+    return keys
+
+
+@contextlib.contextmanager
+def declared(tensors: Sequence[torch.Tensor], lengths: Mapping[int, Tuple[int, int, str]]):
+    """While the block runs the model on ``tensors``, their lengths are declared (``declare``) when an export
+    traces; otherwise nothing happens."""
+    keys = declare(tensors, lengths) if lengths and wanted() else []
+    try:
+        yield
+    finally:
+        forget(keys)
+
+
+def forget(keys) -> None:
+    if not keys:
+        return
+    for key in keys:
+        _declared.pop(key, None)
+    _padded.clear()
+
+
+def _entry(tensor):
+    hit = _declared.get(id(tensor)) if isinstance(tensor, torch.Tensor) else None
+    return hit if hit is not None and hit[0]() is tensor else None
+
+
+def _where(frame) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "the model"
+
+
+def _padded_size(entry, lengths: torch.Tensor, frame):
+    """The padded dim as the exporter traces it: a 0-d tensor from the traced shape (TorchScript), the
+    dim's symbol (dynamo)."""
+    _, padded_ref, axis, name = entry
+    padded = padded_ref()
+    if torchscript_exporting():
+        with warnings.catch_warnings():  # the example's own numbers, read for this check only
+            warnings.simplefilter("ignore")
+            longest, size = int(lengths.detach().max()), int(padded.shape[axis])
+        if longest != size:
+            raise SpecError(f"{_where(frame)}: reads the longest of lengths {name!r} as the padded dim {axis} "
+                             f"(a declared lengths input means the padded dim is the longest length), but the "
+                             f"example's longest length is {longest}, shorter than the padded {size}: a model "
+                             f"that needs its longest sequence shorter than the padding cannot be exported this way")
+        return torch._shape_as_tensor(padded)[axis]
+    return padded.shape[axis]
+
+
+def _maximum(entry, lengths, frame):
+    """The maximum read as the padded size, a 0-d tensor of the lengths' dtype made from the traced size,
+    remembered with that size for ``item()``/``tolist()``."""
+    size = _padded_size(entry, lengths, frame)
+    if isinstance(size, torch.Tensor):
+        out = size.to(lengths.dtype)
+    else:  # from the dim's symbol: the graph holds the padded size (amax without dims does not convert)
+        out = torch.full((), size, dtype=lengths.dtype, device=lengths.device)
+    _padded[id(out)] = (weakref.ref(out), size)
+    return out
+
+
+def _reduction(wrapped, instance, args, kwargs):
+    """``lengths.max()``, ``torch.max(lengths)``, ``amax`` of the whole tensor."""
+    lengths = instance if instance is not None else (args[0] if args else None)
+    rest = args if instance is not None else args[1:]
+    entry = _entry(lengths)
+    if entry is None or rest or kwargs:
+        return wrapped(*args, **kwargs)
+    frame = model_frame()
+    return _maximum(entry, lengths, frame)
+
+
+def _next_call_is_max(frame) -> bool:
+    """``max(lengths.tolist())``: the call after this one (the frame is at ``tolist``'s) is ``max``."""
+    later = [i.offset for i in _listed(frame.f_code) if i.offset > frame.f_lasti and i.opname == "CALL"]
+    return bool(later) and called_name(frame.f_code, later[0]) == "max"
+
+
+def _tolist(wrapped, instance, args, kwargs):
+    entry = _entry(instance)
+    frame = model_frame()
+    if frame is not None and not args and not kwargs and _next_call_is_max(frame):
+        return [_padded_size(entry, instance, frame)]
+    if dynamo_exporting():
+        _refuse(f"{_where(frame)}: lengths.tolist() of the lengths input {entry[3]!r} gives one number per "
+                f"sequence of the batch, a Python list as long as the dynamic batch. Read the longest as "
+                f"lengths.max() (the padded dim), or write it with tensor ops over the lengths")
+    return said_at(frame, wrapped, *args, **kwargs)
+
+
+def _iter(wrapped, instance, args, kwargs):
+    """``max(lengths)`` iterates the lengths: the one item it then gets is the padded size."""
+    entry = _entry(instance)
+    frame = model_frame() if entry is not None else None
+    if frame is not None and called_name(frame.f_code, frame.f_lasti) == "max":
+        return iter([_maximum(entry, instance, frame)])
+    return said_at(model_frame(), wrapped, *args, **kwargs)
+
+
+def read(wrapped, instance, args, kwargs):
+    """``item()``/``tolist()`` (constant_values' targets) of a declared lengths input or of its maximum read as
+    the padded size; None when neither (the caller goes on as before)."""
+    if not _declared or wrapped.__name__ not in ("item", "tolist"):
+        return None
+    if wrapped.__name__ == "tolist" and _entry(instance) is not None:
+        return _tolist(wrapped, instance, args, kwargs)
+    hit = _padded.get(id(instance))
+    if hit is None or hit[0]() is not instance or args or kwargs:
+        return None
+    return hit[1]
+
+
+def _padded_lengths(wrapped, instance, args, kwargs):
+    if not _declared:
+        return wrapped(*args, **kwargs) if wrapped.__name__ != "__iter__" else \
+            said_at(model_frame(), wrapped, *args, **kwargs)
+    name = wrapped.__name__
+    if name in ("max", "amax"):
+        return _reduction(wrapped, instance, args, kwargs)
+    if name == "maximum":  # the non-strict exporter turns builtin max(tensor) into torch.maximum(tensor)
+        entry = _entry(args[0]) if len(args) == 1 and not kwargs else None
+        return wrapped(*args, **kwargs) if entry is None else _maximum(entry, args[0], model_frame())
+    return _iter(wrapped, instance, args, kwargs)
+
+
+register(Patch(
+    name="padded_lengths",
+    description="the longest of a declared lengths input (lengths.max().item(), max(lengths), "
+                "max(lengths.tolist())) is read as the padded dim while exporting, not the example's number",
+    # item() and tolist() are constant_values' targets, which hands them to ``read`` first
+    targets=("torch:max", "torch:amax", "torch:Tensor.max", "torch:Tensor.amax", "torch:Tensor.__iter__",
+             "torch:maximum"),
+    requires=("constant_values",),
+    wrapper=_padded_lengths,
+    when="export",
+    aliases=False,
+))
