@@ -187,6 +187,9 @@ def test_rtol_relative_to_the_largest_value_judges_a_whole_output():
     got = np.array([100.0, 0.05])  # 0.04 off a value of 0.01, well within 1e-3 of the output's 100
     assert closeness(got, want, 0.0, 1e-3, relative_to="largest").ok
     assert not closeness(got, want, 0.0, 1e-3).ok
+    with_nan = closeness(np.array([100.0, np.nan, 0.05]), np.array([100.0, np.nan, 0.01]), 0.0, 1e-3,
+                         relative_to="largest")
+    assert with_nan.ok and with_nan.max_abs_err == pytest.approx(0.04)  # the scale is the finite values'
     with pytest.raises(ValueError, match="relative_to"):
         closeness(got, want, 0.0, 1e-3, relative_to="max")
 

@@ -86,7 +86,7 @@ def closeness(got, expected, atol: float, rtol: float, mask: Optional[np.ndarray
     finite_g, finite_e = np.isfinite(g), np.isfinite(e)
     both = finite_g & finite_e
     diff = np.abs(g[both] - e[both])
-    scale = np.abs(e[both]) if relative_to == "value" else (float(np.abs(e[both]).max()) if both.any() else 0.0)
+    scale = np.abs(e[both]) if relative_to == "value" else magnitude(e)
     bound = 0.0 if exact else atol + rtol * scale
     off = int(np.count_nonzero(diff > bound))
     max_abs = float(diff.max()) if diff.size else 0.0
