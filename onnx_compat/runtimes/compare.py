@@ -83,16 +83,16 @@ def closeness(got, expected, atol: float, rtol: float, mask: Optional[np.ndarray
     g, e = got.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
     if not e.size:
         return Closeness(True, 0.0, 0.0, 0, 0, exact)
-    finite_g, finite_e = np.isfinite(g), np.isfinite(e)
-    both = finite_g & finite_e
-    diff = np.abs(g[both] - e[both])
-    scale = np.abs(e[both]) if relative_to == "value" else magnitude(e)
-    bound = 0.0 if exact else atol + rtol * scale
+    both = np.isfinite(g) & np.isfinite(e)
+    finite = bool(both.all())
+    gf, ef = (g, e) if finite else (g[both], e[both])  # no copies in the usual all-finite case
+    diff, size = np.abs(gf - ef), np.abs(ef)
+    bound = 0.0 if exact else atol + rtol * (size if relative_to == "value" else magnitude(e))
     off = int(np.count_nonzero(diff > bound))
     max_abs = float(diff.max()) if diff.size else 0.0
-    max_rel = float((diff / np.maximum(np.abs(e[both]), 1e-12)).max()) if diff.size else 0.0
+    max_rel = float((diff / np.maximum(size, 1e-12)).max()) if diff.size else 0.0
     nonfinite = None
-    if not both.all():
+    if not finite:
         # NaN matches NaN, inf matches inf of the same sign; anything else is an infinite error
         differ = ~both & ~((g == e) | (np.isnan(g) & np.isnan(e)))
         if differ.any():
@@ -145,7 +145,8 @@ def valid_mask(shape, lengths_by_axis: Mapping[int, np.ndarray]) -> np.ndarray:
 
 def _finite(x) -> np.ndarray:
     values = _array(x).astype(np.float64).ravel()
-    return values[np.isfinite(values)]
+    finite = np.isfinite(values)
+    return values if finite.all() else values[finite]
 
 
 def _array(x) -> np.ndarray:
