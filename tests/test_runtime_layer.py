@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnx_compat.runtimes import compare
 from onnx_compat.runtimes.compare import closeness, degenerate, valid_mask
@@ -87,7 +87,7 @@ def test_importing_the_runtime_layer_loads_no_pipeline_and_no_torch():
 def _double() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")  # raw bytes: may be saved apart
     graph = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"])], "g", [x], [y], [two])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -124,6 +124,17 @@ def test_the_optimised_graph_is_saved_with_its_weights_apart(tmp_path):
     written = onnx.load(str(saved))
     assert (tmp_path / "opt.data").stat().st_size == 512 * 4  # the 2 KB weight apart, as raw bytes
     assert [n.op_type for n in written.graph.node] == ["Add"]  # the Identity removed: optimised at "basic"
+
+
+def test_external_data_is_found_beside_a_path_or_in_the_folder_given(tmp_path):
+    proto = _double()
+    onnx.save(proto, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
+    bare = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    x = np.arange(3, dtype=np.float32)
+    for model, folder in ((tmp_path / "m.onnx", None), (bare, tmp_path), (bare.SerializeToString(), tmp_path)):
+        np.testing.assert_array_equal(open_session(model, external_data=folder).run(None, {"x": x})[0], 2 * x)
+    with pytest.raises(ValueError, match="keeps its weights in external files"):
+        open_session(bare)
 
 
 def test_a_bad_setting_or_model_is_refused():

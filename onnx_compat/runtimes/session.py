@@ -44,8 +44,8 @@ SAVED_WEIGHTS_MIN_BYTES = 1024
 def open_session(model: ModelSource, threads: Optional[int] = 1, prepack: bool = True, *,
                  optimization: str = "all", provider: str = "CPUExecutionProvider",
                  save_optimized: Optional[Union[str, os.PathLike]] = None, saved_weights: Optional[str] = None,
-                 disabled_optimizers: Sequence[str] = (), quiet: bool = True,
-                 spinning: bool = True) -> ort.InferenceSession:
+                 disabled_optimizers: Sequence[str] = (), quiet: bool = True, spinning: bool = True,
+                 external_data: Optional[Union[str, os.PathLike]] = None) -> ort.InferenceSession:
     """An ONNX Runtime session of ``model`` (path, ``ModelProto``, bytes; a session passes through).
 
     ``threads``: intra-op threads (one inter-op thread always); None leaves ONNX Runtime's default (every
@@ -56,11 +56,16 @@ def open_session(model: ModelSource, threads: Optional[int] = 1, prepack: bool =
     ``SAVED_WEIGHTS_MIN_BYTES`` go there as raw bytes. ``disabled_optimizers``: ONNX Runtime's rewrites
     left out by name. ``quiet``: ONNX Runtime logs nothing (its errors are raised all the same).
     ``spinning=False``: idle pool threads sleep instead of spinning between runs (timing several sessions
-    in turn: a spinning pool of one would steal the cores of the next one timed).
+    in turn: a spinning pool of one would steal the cores of the next one timed). ``external_data``: the
+    folder the weight files of a proto or bytes loaded without them are in (a path finds its own).
     """
     if isinstance(model, ort.InferenceSession):
         return model
+    _check_weights(model, external_data)
     opts = _options(threads, prepack, optimization=optimization, quiet=quiet, spinning=spinning)
+    if external_data is not None:
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                      os.path.abspath(external_data))
     if save_optimized is not None:
         opts.optimized_model_filepath = os.fspath(save_optimized)
         if saved_weights is not None:
@@ -88,6 +93,15 @@ def _options(threads: Optional[int] = 1, prepack: bool = True, *, optimization: 
     if not spinning:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
+
+
+def _check_weights(model, external_data) -> None:
+    """A proto whose weights live in files, given without their folder, is refused here: ONNX Runtime would
+    say only that a path "escapes" the model it was handed as bytes."""
+    if isinstance(model, onnx.ModelProto) and external_data is None and \
+            any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        raise ValueError("the ONNX model keeps its weights in external files: open it from its path, or pass "
+                         "external_data=<the folder they are in>")
 
 
 def _loadable(model) -> Union[str, bytes]:
