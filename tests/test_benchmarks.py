@@ -10,6 +10,7 @@ import eager_overhead  # noqa: E402
 import export_cost  # noqa: E402
 import index  # noqa: E402
 import padding_paths  # noqa: E402
+import unseen_encoders  # noqa: E402
 import readme_block  # noqa: E402
 import zoo_report  # noqa: E402
 
@@ -50,6 +51,19 @@ def test_export_cost_smoke(capsys):
     assert [r[0] for r in rows][:2] == ["patch overhead", "pipeline cost"]
     assert all(float(r[2].rstrip("x")) > 0 for r in rows)
     assert "| ratio |" in capsys.readouterr().out
+
+
+def test_unseen_encoders_smoke(tmp_path):
+    """benchmarks/unseen_encoders.py on its own encoder at 2 x 32, one round, its table written (not timed)."""
+    page = tmp_path / "page.md"
+    page.write_text("x\n<!-- unseen-encoders -->\nold\n<!-- /unseen-encoders -->\ny\n")
+    results = unseen_encoders.main(["--tiny", "--rounds", "1", "--only", "time-first", "--write", str(page)])
+    assert [m["label"] for m in results] == ["time-first MHA encoder 2 x 32"]
+    m = results[0]
+    assert m["bare"] > 0 and m["ours"] > 0 and not m["patched"] and m["nodes"][1] > 0
+    assert {"cleanup", "verify", "total"} <= set(m["split"]) and any(k.startswith("export_") for k in m["split"])
+    text = page.read_text()
+    assert "old" not in text and "| time-first MHA encoder 2 x 32 |" in text and text.endswith("y\n")
 
 
 def test_zoo_report_writes_its_table(tmp_path):

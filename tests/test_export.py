@@ -502,3 +502,29 @@ def test_short_timings_read_in_milliseconds():
     from onnx_compat.pipeline.report import Report
     text = Report(timings={"openvino median call": 0.0004, "export_torchscript": 1.5}).summary()
     assert "openvino median call 0.4 ms" in text and "export_torchscript 1.50s" in text, text
+
+
+def test_the_eager_model_runs_once_on_the_users_first_example(tmp_path):
+    """The first user example is the export example (its outputs checked before capture) and a verification
+    case: its eager reference is the outputs the check got, not a second run; every other case runs once."""
+    seen = []
+
+    class Counted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(6, 5)
+
+        def forward(self, x):
+            seen.append((tuple(x.shape), torch.jit.is_tracing()))
+            return torch.tanh(self.proj(x)) * x.shape[1]
+
+    inputs = [TensorSpec("x", [Dim("batch"), Dim("time"), 6])]
+    outputs = [TensorSpec("y", [Dim("batch"), Dim("time"), 5])]
+    first, second = {"x": torch.randn(2, 9, 6)}, {"x": torch.randn(3, 4, 6)}
+    report = onnx_compat.export(Counted(), str(tmp_path / "m.onnx"), inputs, outputs, exporter="torchscript",
+                                examples=[first, second])
+    eager = [shape for shape, tracing in seen if not tracing]
+    assert eager.count((2, 9, 6)) == 1 and eager.count((3, 4, 6)) == 1, seen  # check_outputs; the second's reference
+    assert len(eager) == 2 + 3, seen  # and the three generated shapes
+    checked = [c for c in report.verification if c.get("example")]
+    assert len(checked) == 2 and all(c["ok"] for c in checked), report.verification

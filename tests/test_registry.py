@@ -168,6 +168,30 @@ def test_aliases_in_user_modules_are_rebound_and_restored():
         del sys.modules[mod.__name__]
 
 
+def test_aliases_made_after_a_block_are_found_by_the_next():
+    """The alias scan remembers each module's names between blocks (it read ~2,600 namespaces per block):
+    a name added to a module already read, and a module replaced under its name, are read again."""
+    original = F.conv1d
+    mod = types.ModuleType("user_module_growing_aliases")
+    sys.modules[mod.__name__] = mod
+    try:
+        with onnx_compat.patched():
+            pass  # the module is read here, holding no alias yet
+        exec("from torch.nn.functional import conv1d", mod.__dict__)
+        with onnx_compat.patched():
+            assert F.conv1d is not original and mod.conv1d is F.conv1d
+        assert mod.conv1d is original
+        other = types.ModuleType(mod.__name__)
+        exec("from torch.nn.functional import conv1d as c", other.__dict__)
+        other.__dict__.update({"a": 1, "b": 2})  # as many names as the module it replaces: read as another module
+        sys.modules[mod.__name__] = other
+        with onnx_compat.patched():
+            assert F.conv1d is not original and other.c is F.conv1d
+        assert other.c is original
+    finally:
+        del sys.modules[mod.__name__]
+
+
 def test_alias_limit_closures_are_not_rebound():
     """Documented limit: only module globals are rebound, not captured references."""
     def make():

@@ -204,7 +204,8 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
     with ThreadPoolExecutor(1) as pool:
         cleaning = pool.submit(clean_graph, proto, weights, serialized)
         references = reference_cases(subject.model, subject.inputs, subject.outputs, example=subject.example,
-                                     seed=subject.seed + 1, examples=subject.examples) if request.verify else None
+                                     seed=subject.seed + 1, examples=subject.examples,
+                                     first_example_outputs=subject.example_reference) if request.verify else None
         cleaned, sess = cleaning.result()
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
         cleaned, sess = proto, None

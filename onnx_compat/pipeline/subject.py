@@ -49,6 +49,9 @@ class Subject:
     seed: int = 0
     sizes: Optional[Mapping[str, int]] = None
     notes: List[str] = field(default_factory=list)  # what was inferred about the inputs (integer ranges)
+    # the eager outputs ``check_outputs`` got on the export example when that is the user's first example, which
+    # verification checks too: its reference, so the eager model does not run on it twice
+    example_reference: Optional[list] = None
 
     @classmethod
     def build(cls, model: torch.nn.Module, inputs, outputs, *, examples=None,
@@ -82,6 +85,8 @@ class Subject:
         with torch.no_grad():
             returned = flatten(self.adapter()(*self.args))
         self.outputs = check_outputs(returned, self.outputs, self.example)
+        if self.examples and not self.sizes:  # the export example is the first user example (example_inputs)
+            self.example_reference = [t.detach().cpu().numpy() for t in returned]
 
     @property
     def specs(self) -> List[TensorSpec]:
