@@ -164,3 +164,21 @@ def test_property_random_convs_torchscript(data):
 @given(data=st.data())
 def test_fuzz_random_convs_torchscript(data):
     _check_drawn(data)
+
+
+def test_even_kernel_same_padding_is_one_pad_with_constant_pads_under_torchscript():
+    """The asymmetric pad of an even-kernel "same" conv is written as one Pad whose pads are a constant, not
+    the traced F.pad's shape arithmetic (which the exporter's passes paid for and the cleanup folded); the
+    numbers are the unpatched model's at new lengths and batch sizes, B=1 too."""
+    model = nn.Sequential(nn.Conv1d(C, C, 32, padding="same", groups=C), nn.Conv1d(C, 6, 4, padding="same"))
+    with onnx_compat.patched():
+        proto = export(model, (torch.randn(2, C, 40),), "torchscript", {0: {0: "B", 2: "T"}})
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Pad") == 2 and auto_pads(proto) == [], ops
+    assert len(ops) <= 6, ops  # two (Constant, Pad, Conv): no Shape/Slice/Concat chain around the pads
+    for batch, length in ((1, 17), (3, 73)):
+        assert_matches(proto, model, torch.randn(batch, C, length))
+    traced = onnx_compat.patched(during_trace=True)
+    with traced:  # a plain jit.trace keeps F.pad (its module may be saved; a Python op cannot be)
+        module = torch.jit.trace(model, torch.randn(2, C, 40))
+    assert "PythonOp" not in str(module.graph)
