@@ -331,3 +331,78 @@ class LengthsList(_DeclaresLengths):
 
     def body(self, x, lengths):
         return torch.stack([x[i, :n].mean(0) for i, n in enumerate(lengths.tolist())])
+
+
+# --- issue #39, 6: .numpy() of a constant, only to read its dtype ---------------------------------
+
+class NumpyDtype(nn.Module):
+    """Peak normalisation whose epsilon is the dtype's, read through numpy from a constant made in forward
+    or from a buffer."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.register_buffer("scale", torch.tensor([0.5, 2.0]))
+
+    def forward(self, x):
+        source = torch.tensor([1.0, 2.0]) if self.form == "constant" else self.scale
+        eps = float(np.finfo(source.numpy().dtype).eps)
+        return x / (x.abs().amax(-1, keepdim=True) + eps)
+
+
+# --- issue #39, 5: a traced size reaching torch.is_tensor -------------------------------------------
+
+def _valid_mask(seq_len, batch, time):
+    """An int means every frame is valid; a tensor is a batch of lengths."""
+    if torch.is_tensor(seq_len):
+        return torch.arange(time, device=seq_len.device)[None, :] < seq_len[:, None]
+    return torch.ones(batch, time, dtype=torch.bool)
+
+
+class IntOrLengths(nn.Module):
+    def forward(self, x):  # [B, T, D]; the full length passed as an int
+        mask = _valid_mask(x.shape[1], x.shape[0], x.shape[1])
+        return (x * mask[..., None]).cumsum(1)
+
+
+# --- issue #39, 2: complex tensors the spectral patches did not see -------------------------------
+
+class ComplexBuffer(nn.Module):
+    """Rotary embedding with its frequencies as a complex buffer made by ``torch.polar``, read back with
+    ``view_as_real``."""
+
+    def __init__(self):
+        super().__init__()
+        angles = torch.arange(64.0)[:, None] * torch.tensor([1.0, 0.3, 0.1, 0.03])
+        self.register_buffer("freqs", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):  # [B, T, 8], T <= 64
+        B, T, _ = x.shape
+        z = torch.view_as_complex(x.reshape(B, T, 4, 2))
+        return torch.view_as_real(z * self.freqs[:T]).flatten(2)
+
+
+class ComplexPadUnfold(nn.Module):
+    """``view_as_complex``, then ``F.pad`` (zero or reflect) and ``unfold`` over time on the complex spectrum."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x):  # [B, T, 8]
+        B, T, _ = x.shape
+        z = torch.view_as_complex(x.reshape(B, T, 4, 2)).transpose(1, 2)
+        z = F.pad(z, (2, 2), mode=self.mode)
+        weights = torch.tensor([0.1, 0.2, 0.4, 0.2, 0.1])
+        return torch.view_as_real((z.unfold(-1, 5, 1) * weights).sum(-1)).flatten(2)
+
+
+# --- issue #39, 8: a length regulator looping over the batch --------------------------------------
+
+class BatchLengthRegulator(nn.Module):
+    """FastSpeech-style: each utterance expanded by its durations on its own, then padded."""
+
+    def forward(self, x, durations):  # [B, T, D], [B, T] -> [B, max total duration, D]
+        from torch.nn.utils.rnn import pad_sequence
+        return pad_sequence([torch.repeat_interleave(h, d, dim=0) for h, d in zip(x, durations)],
+                            batch_first=True, padding_value=-1.0)

@@ -208,6 +208,11 @@ def test_what_has_no_real_form_is_one_clear_error(case, exporter, tmp_path):
     model = Unsupported(case).eval()
     batch = Dim("batch")
     path = tmp_path / "m.onnx"
+    if case == "complex_buffer" and exporter == "torchscript":  # complex_buffers: a pair of constants there
+        report = onnx_compat.export(model, str(path), [TensorSpec("data", [batch, Dim("samples", min=200)])],
+                                    [TensorSpec("output", [batch, None, None])], exporter=exporter)
+        assert all(c["ok"] for c in report.verification), report.summary()
+        return
     with pytest.raises(onnx_compat.ExportError, match=UNSUPPORTED[case]) as info:
         onnx_compat.export(model, str(path), [TensorSpec("data", [batch, Dim("samples", min=200)])],
                            [TensorSpec("output", [batch, None, None])],

@@ -267,7 +267,7 @@ def _both(name: str):
 for _n in ("__getitem__", "transpose", "permute", "unsqueeze", "squeeze", "reshape", "view", "flatten",
            "unflatten", "contiguous", "clone", "detach", "movedim", "moveaxis", "narrow", "flip", "roll",
            "expand", "expand_as", "repeat", "swapaxes", "swapdims", "select", "sum", "mean", "reshape_as",
-           "view_as", "squeeze_", "unsqueeze_"):
+           "view_as", "squeeze_", "unsqueeze_", "unfold"):
     op(_n)(_both(_n))
 
 
@@ -344,9 +344,12 @@ op("stack")(_joiner(torch.stack))
 
 @op("pad")
 def _pad(z, pad, mode="constant", value=None):
-    if mode != "constant" or (value not in (None, 0)):
-        raise unsupported("F.pad of a complex tensor", f"only constant zero padding, not mode={mode!r} value={value!r}")
-    return ComplexPair(F.pad(z.real, pad), F.pad(z.imag, pad))
+    """Every mode moves or repeats elements (reflect, replicate, circular) or fills a constant: part by part,
+    a complex fill split into its parts."""
+    if mode != "constant":
+        return ComplexPair(F.pad(z.real, pad, mode=mode), F.pad(z.imag, pad, mode=mode))
+    fill = complex(value or 0)
+    return ComplexPair(F.pad(z.real, pad, value=fill.real), F.pad(z.imag, pad, value=fill.imag))
 
 
 @op("to", "type")

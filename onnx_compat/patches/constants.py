@@ -17,6 +17,12 @@ integer casts and constant-index slices (seen in the non-strict exporter's
 torch function handler: ``Tensor.__getitem__`` cannot be wrapped safely, see
 the targets); ``tolist()``, ``item()``, ``int()``, ``float()`` and
 ``__index__`` of such a tensor return them.
+
+``.numpy()`` of a fake tensor fails (".numpy() is not supported for tensor
+subclasses"), though models call it on a constant or a buffer only to read a
+dtype (``np.finfo(self.window.numpy().dtype).eps``): it gives the known
+values of a tensor made from constants, and for any other tensor of static
+shape a ``DtypeOnly`` that answers dtype and shape and refuses its values.
 """
 from __future__ import annotations
 
@@ -102,6 +108,60 @@ _READERS = {
 }
 
 
+_NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64, torch.bool: np.bool_,
+          torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16, torch.int32: np.int32,
+          torch.int64: np.int64, torch.complex64: np.complex64, torch.complex128: np.complex128}
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype not in _NUMPY:
+        raise TypeError(f".numpy() of a {dtype} tensor: numpy has no such dtype")
+    return np.dtype(_NUMPY[dtype])
+
+
+class DtypeOnly:
+    """What ``.numpy()`` gives for a tensor without values while dynamo traces: its dtype and shape, which is
+    what models read it for (``np.finfo(self.window.numpy().dtype).eps``); any use of its values raises,
+    naming the line that made it (``torch.onnx`` then retries in strict mode, where a buffer has its values)."""
+
+    _KEPT = ("dtype", "shape", "ndim", "size", "itemsize")
+
+    def __init__(self, tensor: torch.Tensor, where: str) -> None:
+        self.dtype = numpy_dtype(tensor.dtype)
+        self.shape, self.ndim, self.where = tuple(int(d) for d in tensor.shape), tensor.dim(), where
+        self.size, self.itemsize = int(np.prod(self.shape)), self.dtype.itemsize
+
+    def _refuse(self, *args, **kwargs):
+        raise NotImplementedError(f"{self.where}: .numpy() of a tensor whose values are not known while the dynamo "
+                                  f"exporter traces: only its dtype and shape can be read here (compute with "
+                                  f"torch ops on the tensor instead)")
+
+    def __getattr__(self, name):
+        self._refuse()
+
+    __array__ = __getitem__ = __iter__ = __len__ = __float__ = __int__ = __bool__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+
+
+def _numpy(wrapped, instance, args, kwargs):
+    """``.numpy()`` of a tensor made from constants gives its values, of its dtype; of any other tensor
+    without values while dynamo traces, its dtype and shape only (``DtypeOnly``)."""
+    values = known_values(instance)
+    if values is not None:
+        return values.astype(numpy_dtype(instance.dtype))
+    try:
+        return wrapped(*args, **kwargs)
+    except RuntimeError as exc:
+        if "not supported for tensor subclasses" not in str(exc) or not shape_is_static(instance):
+            raise
+    frame = model_frame()
+    return DtypeOnly(instance, f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "the model")
+
+
+def shape_is_static(tensor) -> bool:
+    return all(isinstance(d, int) for d in tensor.shape)
+
+
 def _read(wrapped, instance, args, kwargs):
     values = known_values(instance)
     if values is None or args or kwargs or (wrapped.__name__ != "tolist" and values.size != 1):
@@ -136,6 +196,8 @@ def _constants(wrapped, instance, args, kwargs):
     name = wrapped.__name__
     if name == "__torch_function__":
         return _traced_call(wrapped, instance, args, kwargs)
+    if name == "numpy":
+        return _numpy(wrapped, instance, args, kwargs)
     if name in _READERS:
         return _read(wrapped, instance, args, kwargs)
     if instance is not None:
@@ -152,7 +214,7 @@ register(Patch(
     # fails on "len() of a 0-d tensor" in every later export of the process
     targets=("torch:arange", "torch:tensor", "torch:as_tensor", "torch:from_numpy",
              "torch:Tensor.long", "torch:Tensor.int", "torch:Tensor.tolist", "torch:Tensor.item",
-             "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__",
+             "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__", "torch:Tensor.numpy",
              # the tensors the dynamo exporter traces with have their own tolist
              "torch._subclasses.fake_tensor:FakeTensor.tolist",
              "torch._subclasses.functional_tensor:FunctionalTensor.tolist",

@@ -13,7 +13,11 @@ While the dynamo exporter traces, iterating over a tensor whose first dim is
 dynamic, or ``range()`` of a dynamic size in the model's own code (read off
 the calling bytecode), raises one error naming the source line and the dim, so
 the fix (tensor ops over the whole dim, or a static size)
-is clear. Torch's own code is left alone.
+is clear. Torch's own code is left alone. One loop is lifted instead of
+refused: iterating over a dynamic batch gives one row standing for every row
+(``batch_rows.py``), which a length regulator's ``repeat_interleave`` and
+``pad_sequence`` take as batched graph ops; anything else done with it is
+refused naming the line.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
+from .batch_rows import BatchRow
 
 _SymInt = getattr(torch, "SymInt", None)
 
@@ -70,10 +75,32 @@ def _unbind(wrapped, instance, args, kwargs):
     frame = _model_frame()
     if frame is not None and isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and x.dim() > 0:
         size = x.shape[b["dim"]]
+        if _is_dynamic(size) and b["dim"] % x.dim() == 0 and _iterating() and _rows_are_padded():
+            return (BatchRow(x),)  # every row at once: a length regulator is lifted (batch_rows.py)
         if _is_dynamic(size):
             _refuse_at(frame, f"unbinding (iterating over) dim {b['dim'] % x.dim()} of a tensor of shape "
                               f"{tuple(x.shape)} loops over", size)
     return wrapped(*args, **kwargs)
+
+
+def _rows_are_padded() -> bool:
+    """The lifted rows end in ``pad_sequence``, which only the ``pad_sequence`` patch takes: where it steps
+    aside (its native release) or is left out, the loop is refused as before."""
+    from onnx_compat.patches.registry import _REGISTRY
+    patch = _REGISTRY.get("pad_sequence")
+    return patch is not None and bool(patch._count) and not patch.steps_aside("dynamo")
+
+
+def _iterating() -> bool:
+    """The unbind was made by ``Tensor.__iter__`` (a Python loop over the tensor)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is torch.Tensor.__iter__.__code__:
+            return True
+        if not (frame.f_globals.get("__name__", "").startswith(__package__) or frame.f_code is Patch.gate.__code__):
+            return False
+        frame = frame.f_back
+    return False
 
 
 def called_name(code, offset: int):

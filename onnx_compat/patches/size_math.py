@@ -40,3 +40,53 @@ register(Patch(
     wrapper=_rounding,
     when="torchscript",
 ))
+
+
+# --- a traced size is no tensor of the model's (issue #39, pattern 5) -------------------------------
+# Helpers take a length as an int or a batch of lengths: ``if torch.is_tensor(seq_len): mask from
+# seq_len[:, None] else: all valid``. Traced by TorchScript, ``seq_len = x.shape[1]`` is a 0-d tensor, so the
+# lengths branch runs and fails ("IndexError: too many indices for tensor of dimension 0", measured on torch
+# 2.13), where eager takes the int branch. While TorchScript traces, ``torch.is_tensor`` of a 0-d value
+# computed only from traced sizes (``prim::NumToTensor``, through integer arithmetic) answers False, as it
+# would in eager; everything else is answered by torch.
+
+_SIZE_ARITHMETIC = {"aten::add", "aten::sub", "aten::mul", "aten::floor_divide", "aten::div", "aten::remainder",
+                    "aten::neg", "aten::floordiv", "aten::ceil", "aten::floor", "aten::to", "aten::Int",
+                    "aten::rsub", "aten::mul_", "aten::add_", "aten::sub_"}
+
+
+def _from_sizes(value, depth: int = 0) -> bool:
+    kind = value.node().kind()
+    if kind == "prim::NumToTensor":
+        return True
+    if depth > 8 or kind not in _SIZE_ARITHMETIC:
+        return False
+    inputs = [v for v in value.node().inputs() if v.node().kind() != "prim::Constant"]
+    return bool(inputs) and all(_from_sizes(v, depth + 1) for v in inputs)
+
+
+def traced_size(obj) -> bool:
+    """A 0-d integer tensor the TorchScript tracer made from sizes (``x.shape[1]``, ``x.shape[1] // 4``)."""
+    if not isinstance(obj, torch.Tensor) or obj.dim() != 0 or obj.is_floating_point() or obj.is_complex():
+        return False
+    try:
+        value = torch._C._get_value_trace(obj)
+    except RuntimeError:  # not traced (a tensor from outside the trace)
+        return False
+    return value is not None and _from_sizes(value)
+
+
+def _is_tensor(wrapped, instance, args, kwargs):
+    if len(args) == 1 and not kwargs and traced_size(args[0]):
+        return False
+    return wrapped(*args, **kwargs)
+
+
+register(Patch(
+    name="traced_size_is_int",
+    description="torch.is_tensor of a size traced by TorchScript (x.shape[1]) answers False, as in eager, so "
+                "an int-or-lengths helper takes its int branch",
+    targets=("torch:is_tensor",),
+    wrapper=_is_tensor,
+    when="torchscript",
+))

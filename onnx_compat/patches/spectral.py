@@ -289,3 +289,39 @@ register(Patch(
     wrapper=_make_complex,
     when="export",
 ))
+
+
+# --- complex buffers (issue #39, pattern 2) ----------------------------------------------------------
+# Rotary embeddings keep their frequencies as a complex buffer made once with ``torch.polar`` and multiply a
+# ``view_as_complex`` of the input by a slice of it. Under the spectral patches the input is a real/imaginary
+# pair and the buffer a complex tensor, which the pair refused ("only complex values made by the patched calls
+# can be used"; vanilla TorchScript: "Unknown number type: complex"). While TorchScript traces, a complex
+# tensor read as a module attribute is handed over as a pair of real constants, made outside the trace.
+# Under dynamo, which exports this model by itself, the patched export still fails (the non-strict trace reads
+# buffers without Module.__getattr__, and the buffer's parts taken in the graph fail to decompose): issue #39's
+# pattern 7, open.
+
+
+def _complex_attribute(wrapped, instance, args, kwargs):
+    value = wrapped(*args, **kwargs)
+    if not isinstance(value, torch.Tensor) or not value.is_complex():
+        return value
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        real, imag = value.real.detach().clone(), value.imag.detach().clone()
+    finally:
+        torch._C._set_tracing_state(state)
+    return ComplexPair(real, imag)
+
+
+register(Patch(
+    name="complex_buffers",
+    description="a complex buffer or parameter (rotary frequencies made with torch.polar) read while TorchScript "
+                "traces is a real/imaginary pair of constants, as the spectral patches' complex values are",
+    targets=("torch.nn.modules.module:Module.__getattr__",),
+    wrapper=_complex_attribute,
+    when="torchscript",
+    aliases=False,
+    requires=("complex_values",),
+))
