@@ -432,11 +432,14 @@ def _verifies(case, exporter, patched):
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_patched_never_verifies_fewer_pattern_models_than_vanilla(exporter):
     """On every bundled pattern model this exporter runs, a model the plain export verifies is verified
-    patched too (so patched never verifies fewer), and the patches verify at least one more."""
+    patched too, so patched never verifies fewer. The models recorded as failing plainly with this exporter
+    (``vanilla``) are not exported again here: test_vanilla_*_fails_as_recorded asserts that failure and
+    test_*_export_matches_eager the patched export, so they only add to the patched count (7.5 s with dynamo,
+    37 s when every model was exported both ways)."""
     cases = [c for c in PATTERN_CASES + LENGTH_PATTERN_CASES if exporter in c.exporters]
-    outcome = {c.name: (_verifies(c, exporter, False), _verifies(c, exporter, True)) for c in cases}
-    worse = {name: patched for name, (plain, patched) in outcome.items() if plain is None and patched is not None}
+    unrecorded = [c for c in cases if exporter not in c.vanilla or not c.fails_here(exporter)]
+    plain = {c.name: _verifies(c, exporter, False) for c in unrecorded}
+    worse = {c.name: _verifies(c, exporter, True) for c in unrecorded if plain[c.name] is None}
+    worse = {name: why for name, why in worse.items() if why is not None}
     assert not worse, f"{exporter}: verified by the plain export, not patched: {worse}"
-    plain_ok = sum(plain is None for plain, _ in outcome.values())
-    patched_ok = sum(patched is None for _, patched in outcome.values())
-    assert patched_ok > plain_ok, (exporter, outcome)
+    assert any(why is None for why in plain.values()), f"{exporter}: no plainly verified model to hold the patches to"
