@@ -18,7 +18,7 @@ from onnx_compat.patches.sequences import pad_sequence as padded_to_longest
 from onnx_compat.patches.windows import unfold
 
 from helpers import EXPORTERS, export, run
-from test_ops import LengthRegulator
+from onnx_compat.models.op_tail_cases import LengthRegulator
 
 _POOL = {("avg", 1): F.adaptive_avg_pool1d, ("avg", 2): F.adaptive_avg_pool2d, ("avg", 3): F.adaptive_avg_pool3d,
          ("max", 1): F.adaptive_max_pool1d, ("max", 2): F.adaptive_max_pool2d, ("max", 3): F.adaptive_max_pool3d}
