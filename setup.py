@@ -8,6 +8,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["onnx_compat", "onnx_compat.*"]),
+    py_modules=["onnx_compat_cli"],  # the console script's first module (a Ctrl-C while torch imports)
     install_requires=[
         "torch>=2.0",
         "onnx",
@@ -21,5 +22,5 @@ setup(
                  "sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
         "consumers": ["sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
     },
-    entry_points={"console_scripts": ["onnx-compat=onnx_compat.cli:command"]},
+    entry_points={"console_scripts": ["onnx-compat=onnx_compat_cli:command"]},
 )

@@ -258,3 +258,31 @@ def test_progress_lines_on_a_terminal_only(extra, shown, tmp_path, monkeypatch, 
 def test_no_progress_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
     assert main(["export", FACTORY, "--out", str(tmp_path / "m.onnx"), "--exporter", "torchscript"]) == 0
     assert "onnx-compat [" not in capsys.readouterr().err
+
+
+def test_ctrl_c_while_torch_imports_is_one_line_and_exit_130(tmp_path):
+    """The console script's first module catches an interrupt that arrives before the package has loaded."""
+    interrupt_torch = ("import builtins, sys\n"
+                       "real = builtins.__import__\n"
+                       "def importing(name, *args, **kwargs):\n"
+                       "    if name == 'torch' or name.startswith('torch.'):\n"
+                       "        raise KeyboardInterrupt\n"
+                       "    return real(name, *args, **kwargs)\n"
+                       "builtins.__import__ = importing\n"
+                       "sys.argv = ['onnx-compat', '--help']\n"
+                       "import onnx_compat_cli\n"
+                       "onnx_compat_cli.command()\n")
+    result = subprocess.run([sys.executable, "-c", interrupt_torch], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "onnx-compat: interrupted", result.stderr
+
+
+def test_the_console_script_starts_at_the_module_outside_the_package():
+    from importlib.metadata import entry_points
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts.get("onnx-compat") == "onnx_compat_cli:command"
+    result = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['onnx-compat', '--help'];"
+                             "import onnx_compat_cli; onnx_compat_cli.command()"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and "export" in result.stdout, result.stderr
