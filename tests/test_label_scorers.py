@@ -183,6 +183,31 @@ def test_aed_decoder_graphs_with_dynamo(tmp_path):
     assert any(len(d["labels"]) > 5 for d in report.decodes)
 
 
+@needs_dynamo
+def test_ctc_head_and_fixed_context_scorers_with_dynamo(tmp_path):
+    """The no-context (CTC head) and fixed-context (int32 history) scorer graphs under dynamo, decoded through
+    as RASR calls them; their encoders stay on TorchScript (the bundled Conformer's dynamo export is tested
+    elsewhere and costs most of a minute)."""
+    model = aed.tiny()
+    ctc = export_label_scorer(str(tmp_path / "ctc"), kind="ctc", encoder=model.encode, encoder_dim=32,
+                              features=aed_job(model)["features"], score=model.ctc_log_probs,
+                              vocabulary=AED_VOCAB + ["<blank>"], blank=10,
+                              exporter={"encoder": "torchscript", "scorer": "dynamo"})
+    assert ctc.graphs["scorer"]["exporter"] == "dynamo"
+    assert {d["search"] for d in ctc.decodes} == {"greedy, time-synchronous", "beam 4, time-synchronous"}
+    assert any(len(d["labels"]) > 2 for d in ctc.decodes)
+    stateless, feat = transducer.tiny_stateless(context=2)
+    fixed = export_label_scorer(str(tmp_path / "fixed"), kind="fixed-context", encoder=stateless.encode, features=feat,
+                                encoder_dim=32, score=stateless.score, vocabulary=RNNT_VOCAB, blank=stateless.blank,
+                                history=2, start_label=stateless.blank,
+                                exporter={"encoder": "torchscript", "scorer": "dynamo"})
+    assert fixed.graphs["scorer"]["exporter"] == "dynamo"
+    for x in _features_of(fixed):
+        got = next(d["labels"] for d in fixed.decodes if d["search"].startswith("greedy") and "stay on" in d["search"]
+                   and d["feature_frames"] == x.shape[1])
+        assert got == stateless.greedy_decode(x)
+
+
 # --- bad input: one error each, nothing written -------------------------------------------------------
 
 def _refused(tmp_path, job, error=LabelScorerError):
