@@ -48,6 +48,18 @@ class Progress:
         self.stream.flush()
 
 
+def add_tolerances(parser) -> None:
+    """``--atol``/``--rtol``, with ``export()``'s defaults, for every verb that compares with the eager model."""
+    parser.add_argument("--atol", type=float, default=1e-4)
+    parser.add_argument("--rtol", type=float, default=1e-3)
+
+
+def add_graph_options(parser) -> None:
+    """``--metadata``/``--opset``, for every verb that writes a graph it exports."""
+    parser.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
+    parser.add_argument("--opset", type=int)
+
+
 def progress_for(args) -> Optional[Progress]:
     """Progress lines only for a person watching: stderr a terminal, and neither --quiet nor --json."""
     if getattr(args, "quiet", False) or getattr(args, "json", None) or not sys.stderr.isatty():

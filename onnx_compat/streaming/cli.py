@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_compat.cli_args import EXPORTERS, pairs, writable
+from onnx_compat.cli_args import EXPORTERS, add_graph_options, add_tolerances, pairs, writable
 from onnx_compat.errors import FactoryError
 from onnx_compat.factories import call_factory
 
@@ -29,10 +29,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=int, default=6, help="calls per verification stream (at least 5)")
     p.add_argument("--batch", type=int, action="append", help="a batch size to stream at (default: 1 and one more)")
     p.add_argument("--max-drift", type=float, help="error when the stream drifts further from the full forward")
-    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
-    p.add_argument("--opset", type=int)
-    p.add_argument("--atol", type=float, default=1e-4)
-    p.add_argument("--rtol", type=float, default=1e-3)
+    add_graph_options(p)
+    add_tolerances(p)
     return p
 
 

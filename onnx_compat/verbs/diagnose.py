@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_compat.cli_args import load_examples, load_factory, sizes_for
+from onnx_compat.cli_args import add_tolerances, load_examples, load_factory, sizes_for
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -12,8 +12,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     d.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
     d.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
     d.add_argument("--examples", help="real inputs: FILE.npz or FILE.pt")
-    d.add_argument("--atol", type=float, default=1e-4)
-    d.add_argument("--rtol", type=float, default=1e-3)
+    add_tolerances(d)
     return d
 
 

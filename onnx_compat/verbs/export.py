@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_compat.cli_args import (EXPORTERS, LazyChoices, load_examples, load_factory, load_vocabulary, pairs,
-                                  progress_for, sizes_for, writable)
+from onnx_compat.cli_args import (EXPORTERS, LazyChoices, add_graph_options, add_tolerances, load_examples,
+                                  load_factory, load_vocabulary, pairs, progress_for, sizes_for, writable)
 from onnx_compat.errors import UsageError
 from onnx_compat.huggingface import cli as hf_cli
 
@@ -29,10 +29,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     e.add_argument("--json", help="also write the report as JSON here (no progress lines then)")
     e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     e.add_argument("--size", action="append", metavar="DIM=N", help="example size of a named dim")
-    e.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
-    e.add_argument("--opset", type=int)
-    e.add_argument("--atol", type=float, default=1e-4)
-    e.add_argument("--rtol", type=float, default=1e-3)
+    add_graph_options(e)
+    add_tolerances(e)
     e.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime check (not recommended)")
     e.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
     e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")

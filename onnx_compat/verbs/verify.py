@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from onnx_compat.cli_args import load_examples, load_factory, readable, writable
+from onnx_compat.cli_args import add_tolerances, load_examples, load_factory, readable, writable
 from onnx_compat.verbs.export import RUNTIME_HELP
 
 
@@ -12,8 +12,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check an ONNX file against a factory's eager model")
     v.add_argument("onnx")
     v.add_argument("factory", help="MODULE:FACTORY")
-    v.add_argument("--atol", type=float, default=1e-4)
-    v.add_argument("--rtol", type=float, default=1e-3)
+    add_tolerances(v)
     v.add_argument("--json", help="also write the results as JSON here")
     v.add_argument("--examples", help="real inputs to verify too: FILE.npz or FILE.pt")
     v.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=RUNTIME_HELP)
