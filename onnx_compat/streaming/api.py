@@ -28,6 +28,7 @@ from ..pipeline.files import check_writable
 from ..pipeline.report import Attempt, Report
 from ..versions import HAS_DYNAMO
 from .batch_axis import check_second_batch
+from .contract import contract_entry, contracted, declared_contract, is_contract_error
 from .errors import StreamDrift, StreamingError, StreamMismatch
 from .metadata import streaming_metadata
 from .probe import check_states, run_step
@@ -195,44 +196,58 @@ def export_streaming(step: Callable, path: str, inputs, states, outputs, *, init
         raise ArgumentError(f"unknown exporter {exporter!r}; choose from ('dynamo', 'torchscript', 'auto')",
                             argument="exporter", value=exporter)
     d = _declare(inputs, states, outputs, chunk, shift, right_context, time_axis, chunks)
-    declared_contract = _declared_contract(contract, d, vocabulary)
-    n_args = sum(1 for s in d.inputs for name in [s.arg] + [s.length_args.get(a) for a in s.lengths] if name is None)
-    if not accepts_inputs(step, n_args + len(d.layout.items)):
-        unfed = unfed_parameters(step, n_args + len(d.layout.items))
-        if unfed:  # the step takes more states than are declared: name the parameters left without one
-            raise StreamingError(f"{step_name(step)} takes parameter(s) {unfed} after its {n_args} chunk input(s) and "
-                                 f"{len(d.layout.items)} declared state argument(s): declare a StateSpec for "
-                                 f"{unfed[0]!r} in states= (in the step's argument order)", state=unfed[0])
-        raise StreamingError(f"{step_name(step)} cannot take {n_args} chunk input(s) and {len(d.layout.items)} state "
-                             f"argument(s) positionally (it takes fewer); check inputs= and states=")
+    the_contract = declared_contract(contract, d, vocabulary)
+    _check_step_takes(step, d)
     written = check_writable(path)
     step_module = StepModule(step, d.inputs, d.layout, module)
     with preserved(step_module):
         job = _prepare(step_module, step_name(step), d, init_states, none_first, full_forward, batches, metadata,
                        opset, seed, atol, rtol, max_drift)
-        job.contract, job.vocabulary, job.contract_metadata = declared_contract, vocabulary, dict(metadata or {})
+        job.contract, job.vocabulary, job.contract_metadata = the_contract, vocabulary, dict(metadata or {})
         order = (["torchscript", "dynamo"] if HAS_DYNAMO else ["torchscript"]) if exporter == "auto" else [exporter]
-        attempts: List[Attempt] = []
-        failures: List[Exception] = []
-        for name in order:
-            t0 = time.perf_counter()
-            try:
-                report = _attempt(name, job, written)
-            except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
-                reraise_interrupt(exc)  # Ctrl-C is never an exporter that failed
-                if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch) \
-                        or isinstance(exc, StreamDrift) or _contract_error(exc):  # the step's or the user's fault
-                    raise
-                attempts.append(Attempt(name, False, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0))
-                failures.append(exc)
-                continue
-            report.attempts = attempts + report.attempts
-            report.why = "requested" if exporter != "auto" else \
-                f"{name} exported and streamed" if name == order[0] else f"fallback: {order[0]} did not export or stream"
-            if job.in_place:
-                report.repairs.append(f"states updated in place by the step, given copies: {job.in_place}")
-            report.timings["total"] = time.perf_counter() - t_start
-            return report
+        return _first_streamed(order, job, written, exporter, t_start)
+
+
+def _check_step_takes(step: Callable, d: _Declared) -> None:
+    """The step must take the declared chunk inputs and state arguments positionally; checked before the pre-pass
+    so a missing ``StateSpec`` is named as such, not as a ``TypeError`` from inside the first eager call."""
+    n_args = sum(1 for s in d.inputs for name in [s.arg] + [s.length_args.get(a) for a in s.lengths] if name is None)
+    if accepts_inputs(step, n_args + len(d.layout.items)):
+        return
+    unfed = unfed_parameters(step, n_args + len(d.layout.items))
+    if unfed:  # the step takes more states than are declared: name the parameters left without one
+        raise StreamingError(f"{step_name(step)} takes parameter(s) {unfed} after its {n_args} chunk input(s) and "
+                             f"{len(d.layout.items)} declared state argument(s): declare a StateSpec for "
+                             f"{unfed[0]!r} in states= (in the step's argument order)", state=unfed[0])
+    raise StreamingError(f"{step_name(step)} cannot take {n_args} chunk input(s) and {len(d.layout.items)} state "
+                         f"argument(s) positionally (it takes fewer); check inputs= and states=")
+
+
+def _first_streamed(order: List[str], job: "_Job", written: str, exporter: str, t_start: float) -> Report:
+    """The first exporter in ``order`` whose graph streams like PyTorch. An exporter that fails or streams wrong
+    hands over to the next; the step's, the user's or a contract's error is raised at once, since another
+    exporter cannot mend it; when none is left, one error names every attempt."""
+    attempts: List[Attempt] = []
+    failures: List[Exception] = []
+    for name in order:
+        t0 = time.perf_counter()
+        try:
+            report = _attempt(name, job, written)
+        except Exception as exc:  # noqa: BLE001 - recorded; raised below when no exporter is left
+            reraise_interrupt(exc)  # Ctrl-C is never an exporter that failed
+            if isinstance(exc, StreamingError) and not isinstance(exc, StreamMismatch) \
+                    or isinstance(exc, StreamDrift) or is_contract_error(exc):  # the step's or the user's fault
+                raise
+            attempts.append(Attempt(name, False, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0))
+            failures.append(exc)
+            continue
+        report.attempts = attempts + report.attempts
+        report.why = "requested" if exporter != "auto" else \
+            f"{name} exported and streamed" if name == order[0] else f"fallback: {order[0]} did not export or stream"
+        if job.in_place:
+            report.repairs.append(f"states updated in place by the step, given copies: {job.in_place}")
+        report.timings["total"] = time.perf_counter() - t_start
+        return report
     raise _no_exporter(attempts, failures)
 
 
@@ -260,45 +275,6 @@ class _Job:
     contract: Optional[object] = None  # contracts.Contract of a streaming consumer
     vocabulary: Optional[Sequence[str]] = None
     contract_metadata: Optional[Dict[str, str]] = None  # the user's metadata, checked by the contract
-
-
-def _declared_contract(name: Optional[str], d: _Declared, vocabulary):
-    """The streaming contract, its rules checked on the declarations (``ContractError`` before anything runs)."""
-    if name is None:
-        return None
-    from onnx_compat.contracts.sherpa_streaming import check_declared, streaming_contract
-    found = streaming_contract(name)
-    check_declared(found, d.inputs, d.layout.flat, d.outputs, d.plan.time_axis, vocabulary)
-    return found
-
-
-def _contract_error(exc: Exception) -> bool:
-    """A contract's refusal or a consumer's different result: the user's error, not the exporter's."""
-    from onnx_compat.contracts import ConsumerMismatch, ContractError
-    return isinstance(exc, (ContractError, ConsumerMismatch))
-
-
-def _contracted(job: "_Job", proto, tmp: str):
-    """Before writing: the contract on the streamed graph (metadata set, saved to ``tmp``), then the stream decoded
-    inside the contract's consumers against PyTorch's streamed decode."""
-    from onnx_compat.contracts.sherpa_stream_consumers import StreamJob
-    from onnx_compat.contracts.sherpa_streaming import apply_streaming
-    d = job.declared
-    applied = apply_streaming(job.contract, proto, d.layout.flat, d.plan.chunk, d.plan.shift, job.vocabulary,
-                              job.contract_metadata)
-    onnx.save(proto, tmp)
-    initial = lambda b: d.layout.initial({**d.sizes, **({d.batch_dim: b} if d.batch_dim else {})},  # noqa: E731
-                                         job.init_states, b)
-    applied.verify_in_consumer(proto, StreamJob(job.step, d.inputs, d.outputs, initial, run_step), d.inputs)
-    return applied
-
-
-def _contract_entry(applied) -> dict:
-    """The report's entry for the contract, as ``export()``'s contract step writes it (``report.contract``)."""
-    from onnx_compat.deploy.contract import ContractStep
-    step = ContractStep(applied.contract.name, applied.vocabulary)
-    step.applied = applied
-    return step.describe()
 
 
 def _prepare(step_module, name, d: _Declared, init_states, none_first, full_forward, batches, metadata, opset, seed,
@@ -360,11 +336,11 @@ def _attempt(name: str, job: _Job, written: str) -> Report:
         _check_drift(entries, job.max_drift)
         report.findings += [f"{r.text()}: a trace would freeze it; this graph streamed right" for r in job.reads]
         report.timings["verify_stream"] = time.perf_counter() - t1
-        applied = _contracted(job, proto, tmp) if job.contract is not None else None
+        applied = contracted(job, proto, tmp) if job.contract is not None else None
         os.replace(tmp, written)
         if applied is not None:
             report.files += applied.write_files(os.path.dirname(written))
-            report.steps[applied.contract.name] = _contract_entry(applied)
+            report.steps[applied.contract.name] = contract_entry(applied)
     report.path = written
     report.verification = entries
     report.max_abs_err = max((o["max_abs_err"] for e in entries for o in e["outputs"]), default=0.0)
