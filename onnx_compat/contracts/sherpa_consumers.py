@@ -12,59 +12,36 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from ..runtimes.compare import closeness
 from . import frontends
-from .consumers import ConsumerMismatch, eager, greedy_ctc, installed, program, run_child, run_program
+from .consumers import ConsumerMismatch, eager, greedy_ctc, run_child
+from .sherpa_runs import (SCRIPT_HEAD, binary_missing, binary_tokens, compare_tokens, python_missing,
+                          recognizer_script, write_wavs)
 
 
-_RECOGNIZE = r"""
-import json, sys, wave
-import numpy as np
-import sherpa_onnx
+_RECOGNIZE = recognizer_script("""
 model, tokens, dim, rate, *wavs = sys.argv[1:]
 rec = sherpa_onnx.OfflineRecognizer.from_nemo_ctc(model=model, tokens=tokens, num_threads=1,
                                                   feature_dim=int(dim), sample_rate=int(rate))
-streams = []
-for path in wavs:
-    with wave.open(path) as f:
-        x = np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768
-    s = rec.create_stream()
-    s.accept_waveform(int(rate), x)
-    streams.append(s)
-rec.decode_streams(streams)
-print(json.dumps([list(s.result.tokens) for s in streams]))
-"""
+""", online=False)
 
-_EMBED = r"""
-import json, sys, wave
-import numpy as np
-import sherpa_onnx
+_EMBED = SCRIPT_HEAD + r"""
 model, *wavs = sys.argv[1:]
 ex = sherpa_onnx.SpeakerEmbeddingExtractor(sherpa_onnx.SpeakerEmbeddingExtractorConfig(model=model, num_threads=1))
 out = []
 for path in wavs:
-    with wave.open(path) as f:
-        rate = f.getframerate()
-        x = np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768
+    rate, x = samples(path)
     s = ex.create_stream()
     s.accept_waveform(rate, x)
     s.input_finished()
     out.append(list(map(float, ex.compute(s))))
 print(json.dumps(out))
 """
-
-
-def _wavs(folder: str, seconds, rate: int) -> List[str]:
-    paths = []
-    for k, samples in enumerate(frontends.utterances(seconds, rate)):
-        paths.append(os.path.join(folder, f"utterance{k}.wav"))
-        frontends.write_wav(paths[-1], samples, rate)
-    return paths
 
 
 @dataclass(frozen=True)
@@ -90,15 +67,16 @@ class _NemoCtc:
             out.append([vocabulary[k] for k in greedy_ctc(log_probs, count, blank)])
         return out, frames
 
-    def compare(self, name: str, expected, got, frames, factor: int, seconds: float) -> dict:
-        for k, (want, have) in enumerate(zip(expected, got)):
-            if want != have:
-                raise ConsumerMismatch(name, k, want, have, f" (T={frames[k][0]}, sherpa-onnx decodes "
-                                       f"{frames[k][0] // factor} frames, the model has {frames[k][1]})")
-        if len(got) != len(expected):
-            raise ConsumerMismatch(name, len(got), f"{len(expected)} results", f"{len(got)}")
-        return {"consumer": name, "ok": True, "utterances": len(expected), "frames": [f[0] for f in frames],
-                "tokens": [len(t) for t in expected], "seconds": round(seconds, 3)}
+    def run(self, folder, model, inputs, applied, vocabulary, rate: int, command) -> dict:
+        """The eager reference, then ``command(bins, wavs)`` (the consumer's tokens), compared per utterance."""
+        expected, frames = self.reference(model, inputs, applied, vocabulary, rate)
+        bins, factor = applied.io["inputs"][0]["dims"][1], int(applied.metadata["subsampling_factor"])
+        wavs = write_wavs(folder, self.seconds, rate)
+        t0 = time.perf_counter()
+        got = command(bins, wavs)
+        return compare_tokens(self.name, expected, got, t0, lambda k: f" (T={frames[k][0]}, sherpa-onnx decodes "
+                              f"{frames[k][0] // factor} frames, the model has {frames[k][1]})",
+                              frames=[f[0] for f in frames])
 
 
 @dataclass(frozen=True)
@@ -106,16 +84,12 @@ class NemoCtcPython(_NemoCtc):
     name: str = "sherpa-onnx Python OfflineRecognizer.from_nemo_ctc"
 
     def available(self) -> Optional[str]:
-        return installed("sherpa_onnx") or installed("kaldi_native_fbank")
+        return python_missing()
 
     def verify(self, folder, model_file, model, inputs, applied, vocabulary, rate=frontends.SAMPLE_RATE) -> dict:
-        expected, frames = self.reference(model, inputs, applied, vocabulary, rate)
-        wavs = _wavs(folder, self.seconds, rate)
-        t0 = time.perf_counter()
-        got = json.loads(run_child(_RECOGNIZE, [model_file, os.path.join(folder, "tokens.txt"),
-                                                str(applied.io["inputs"][0]["dims"][1]), str(rate), *wavs], self.name))
-        return self.compare(self.name, expected, got, frames, int(applied.metadata["subsampling_factor"]),
-                            time.perf_counter() - t0)
+        tokens = os.path.join(folder, "tokens.txt")
+        return self.run(folder, model, inputs, applied, vocabulary, rate, lambda bins, wavs: json.loads(
+            run_child(_RECOGNIZE, [model_file, tokens, str(bins), str(rate), *wavs], self.name)))
 
 
 @dataclass(frozen=True)
@@ -123,19 +97,12 @@ class NemoCtcBinary(_NemoCtc):
     name: str = "sherpa-onnx-offline (native binary)"
 
     def available(self) -> Optional[str]:
-        return (None if program("sherpa-onnx-offline") else "sherpa-onnx-offline is not installed "
-                "(pip install sherpa-onnx-bin)") or installed("kaldi_native_fbank")
+        return binary_missing("sherpa-onnx-offline")
 
     def verify(self, folder, model_file, model, inputs, applied, vocabulary, rate=frontends.SAMPLE_RATE) -> dict:
-        expected, frames = self.reference(model, inputs, applied, vocabulary, rate)
-        wavs = _wavs(folder, self.seconds, rate)
-        t0 = time.perf_counter()
-        text = run_program([program("sherpa-onnx-offline"), f"--nemo-ctc-model={model_file}",
-                            f"--tokens={os.path.join(folder, 'tokens.txt')}", "--num-threads=1",
-                            f"--feat-dim={applied.io['inputs'][0]['dims'][1]}", f"--sample-rate={rate}", *wavs], self.name)
-        got = [json.loads(line)["tokens"] for line in text.splitlines() if line.startswith("{")]
-        return self.compare(self.name, expected, got, frames, int(applied.metadata["subsampling_factor"]),
-                            time.perf_counter() - t0)
+        flags = [f"--nemo-ctc-model={model_file}", f"--tokens={os.path.join(folder, 'tokens.txt')}"]
+        return self.run(folder, model, inputs, applied, vocabulary, rate, lambda bins, wavs: binary_tokens(
+            "sherpa-onnx-offline", flags, bins, rate, False, wavs, self.name))
 
 
 @dataclass(frozen=True)
@@ -146,7 +113,7 @@ class SpeakerEmbeddingPython:
     rtol: float = 1e-3
 
     def available(self) -> Optional[str]:
-        return installed("sherpa_onnx") or installed("kaldi_native_fbank")
+        return python_missing()
 
     def verify(self, folder, model_file, model, inputs, applied, vocabulary=None) -> dict:
         meta = applied.metadata
@@ -156,7 +123,7 @@ class SpeakerEmbeddingPython:
             x = frontends.speaker_features(samples, meta["normalize_samples"] == "1",
                                            meta.get("feature_normalize_type", ""), rate)
             expected.append(eager(model, inputs, [torch.from_numpy(x)[None]])[0][0].numpy())
-        wavs = _wavs(folder, self.seconds, rate)
+        wavs = write_wavs(folder, self.seconds, rate)
         t0 = time.perf_counter()
         got = json.loads(run_child(_EMBED, [model_file, *wavs], self.name))
         worst = 0.0

@@ -18,30 +18,14 @@ import numpy as np
 import torch
 
 from . import frontends
-from .consumers import ConsumerMismatch, greedy_ctc, installed, program, run_child, run_program
+from .consumers import greedy_ctc, run_child
+from .sherpa_runs import binary_missing, binary_tokens, compare_tokens, python_missing, recognizer_script, write_wavs
 
-_ONLINE = r"""
-import json, sys, wave
-import numpy as np
-import sherpa_onnx
+_ONLINE = recognizer_script("""
 model, tokens, dim, rate, *wavs = sys.argv[1:]
 rec = sherpa_onnx.OnlineRecognizer.from_nemo_ctc(tokens=tokens, model=model, num_threads=1, feature_dim=int(dim),
                                                  sample_rate=int(rate))
-streams = []
-for path in wavs:
-    with wave.open(path) as f:
-        x = np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768
-    s = rec.create_stream()
-    s.accept_waveform(int(rate), x)
-    s.input_finished()
-    streams.append(s)
-while True:
-    ready = [s for s in streams if rec.is_ready(s)]
-    if not ready:
-        break
-    rec.decode_streams(ready)
-print(json.dumps([list(rec.get_result_all(s).tokens) for s in streams]))
-"""
+""", online=True)
 
 
 @dataclass(frozen=True)
@@ -81,21 +65,14 @@ class _OnlineNemoCtc:
             out.append([vocabulary[k] for k in greedy_ctc(log_probs, log_probs.shape[0], blank_of(vocabulary))])
         return out, calls
 
-    def check(self, name, expected, got, calls, t0) -> dict:
-        if len(got) != len(expected):
-            raise ConsumerMismatch(name, None, f"{len(expected)} results", f"{len(got)}")
-        for k, (want, have) in enumerate(zip(expected, got)):
-            if want != have:
-                raise ConsumerMismatch(name, k, want, have, f" ({calls[k]} calls of the streamed step)")
-        return {"consumer": name, "ok": True, "utterances": len(expected), "calls": calls,
-                "tokens": [len(t) for t in expected], "seconds": round(time.perf_counter() - t0, 3)}
-
-    def _wavs(self, folder: str, rate: int) -> List[str]:
-        paths = []
-        for k, samples in enumerate(frontends.utterances(self.seconds, rate, seed=1)):
-            paths.append(os.path.join(folder, f"stream{k}.wav"))
-            frontends.write_wav(paths[-1], samples, rate)
-        return paths
+    def run(self, folder, job: StreamJob, applied, vocabulary, rate: int, command) -> dict:
+        """The eager stream, then ``command(bins, wavs)`` (the consumer's tokens), compared utterance by utterance."""
+        bins = applied.io["inputs"][0]["dims"][1]
+        expected, calls = self.reference(job, applied, vocabulary, bins, rate)
+        t0 = time.perf_counter()
+        got = command(bins, write_wavs(folder, self.seconds, rate, seed=1, stem="stream"))
+        return compare_tokens(self.name, expected, got, t0, lambda k: f" ({calls[k]} calls of the streamed step)",
+                              calls=calls)
 
 
 @dataclass(frozen=True)
@@ -103,15 +80,12 @@ class OnlineNemoCtcPython(_OnlineNemoCtc):
     name: str = "sherpa-onnx Python OnlineRecognizer.from_nemo_ctc"
 
     def available(self) -> Optional[str]:
-        return installed("sherpa_onnx") or installed("kaldi_native_fbank")
+        return python_missing()
 
     def verify(self, folder, model_file, job, inputs, applied, vocabulary, rate=frontends.SAMPLE_RATE) -> dict:
-        bins = applied.io["inputs"][0]["dims"][1]
-        expected, calls = self.reference(job, applied, vocabulary, bins, rate)
-        t0 = time.perf_counter()
-        got = json.loads(run_child(_ONLINE, [model_file, os.path.join(folder, "tokens.txt"), str(bins), str(rate),
-                                             *self._wavs(folder, rate)], self.name))
-        return self.check(self.name, expected, got, calls, t0)
+        tokens = os.path.join(folder, "tokens.txt")
+        return self.run(folder, job, applied, vocabulary, rate, lambda bins, wavs: json.loads(
+            run_child(_ONLINE, [model_file, tokens, str(bins), str(rate), *wavs], self.name)))
 
 
 @dataclass(frozen=True)
@@ -119,16 +93,9 @@ class OnlineNemoCtcBinary(_OnlineNemoCtc):
     name: str = "sherpa-onnx (native streaming binary)"
 
     def available(self) -> Optional[str]:
-        return (None if program("sherpa-onnx") else "sherpa-onnx is not installed (pip install sherpa-onnx-bin)") \
-            or installed("kaldi_native_fbank")
+        return binary_missing("sherpa-onnx")
 
     def verify(self, folder, model_file, job, inputs, applied, vocabulary, rate=frontends.SAMPLE_RATE) -> dict:
-        bins = applied.io["inputs"][0]["dims"][1]
-        expected, calls = self.reference(job, applied, vocabulary, bins, rate)
-        t0 = time.perf_counter()
-        text = run_program([program("sherpa-onnx"), f"--nemo-ctc-model={model_file}",
-                            f"--tokens={os.path.join(folder, 'tokens.txt')}", "--num-threads=1",
-                            f"--feat-dim={bins}", f"--sample-rate={rate}", "--left-padding=0", "--right-padding=0",
-                            *self._wavs(folder, rate)], self.name, stderr=True)
-        got = [json.loads(line)["tokens"] for line in text.splitlines() if line.startswith("{")]
-        return self.check(self.name, expected, got, calls, t0)
+        flags = [f"--nemo-ctc-model={model_file}", f"--tokens={os.path.join(folder, 'tokens.txt')}"]
+        return self.run(folder, job, applied, vocabulary, rate, lambda bins, wavs: binary_tokens(
+            "sherpa-onnx", flags, bins, rate, True, wavs, self.name))

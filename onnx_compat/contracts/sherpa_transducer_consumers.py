@@ -18,50 +18,17 @@ import numpy as np
 import torch
 
 from . import frontends
-from .consumers import ConsumerMismatch, installed, program, run_child, run_program
+from .consumers import run_child
+from .sherpa_runs import binary_missing, binary_tokens, compare_tokens, python_missing, recognizer_script, write_wavs
 
-_OFFLINE = r"""
-import json, sys, wave
-import numpy as np
-import sherpa_onnx
+_SETUP = """
 folder, dim, rate, *wavs = sys.argv[1:]
-rec = sherpa_onnx.OfflineRecognizer.from_transducer(
-    encoder=f"{folder}/encoder.onnx", decoder=f"{folder}/decoder.onnx", joiner=f"{folder}/joiner.onnx",
-    tokens=f"{folder}/tokens.txt", num_threads=1, feature_dim=int(dim), sample_rate=int(rate))
-streams = []
-for path in wavs:
-    with wave.open(path) as f:
-        x = np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768
-    s = rec.create_stream()
-    s.accept_waveform(int(rate), x)
-    streams.append(s)
-rec.decode_streams(streams)
-print(json.dumps([list(s.result.tokens) for s in streams]))
+rec = sherpa_onnx.{kind}Recognizer.from_transducer(
+    encoder=f"{{folder}}/encoder.onnx", decoder=f"{{folder}}/decoder.onnx", joiner=f"{{folder}}/joiner.onnx",
+    tokens=f"{{folder}}/tokens.txt", num_threads=1, feature_dim=int(dim), sample_rate=int(rate))
 """
-
-_ONLINE = r"""
-import json, sys, wave
-import numpy as np
-import sherpa_onnx
-folder, dim, rate, *wavs = sys.argv[1:]
-rec = sherpa_onnx.OnlineRecognizer.from_transducer(
-    tokens=f"{folder}/tokens.txt", encoder=f"{folder}/encoder.onnx", decoder=f"{folder}/decoder.onnx",
-    joiner=f"{folder}/joiner.onnx", num_threads=1, feature_dim=int(dim), sample_rate=int(rate))
-streams = []
-for path in wavs:
-    with wave.open(path) as f:
-        x = np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768
-    s = rec.create_stream()
-    s.accept_waveform(int(rate), x)
-    s.input_finished()
-    streams.append(s)
-while True:
-    ready = [s for s in streams if rec.is_ready(s)]
-    if not ready:
-        break
-    rec.decode_streams(ready)
-print(json.dumps([list(rec.get_result_all(s).tokens) for s in streams]))
-"""
+_OFFLINE = recognizer_script(_SETUP.format(kind="Offline"), online=False)
+_ONLINE = recognizer_script(_SETUP.format(kind="Online"), online=True)
 
 
 def kaldi_features(samples: np.ndarray, bins: int, rate: int = frontends.SAMPLE_RATE) -> np.ndarray:
@@ -128,6 +95,7 @@ def online_labels(eager: Eager, features: np.ndarray):
 @dataclass(frozen=True)
 class _Transducer:
     seconds: tuple = (0.31, 1.27, 0.83, 1.9)  # unequal lengths in one batch; online, the first is two calls
+    online: bool = False
 
     def reference(self, eager: Eager, vocabulary, bins: int, rate: int, online: bool):
         out, calls = [], []
@@ -138,88 +106,62 @@ class _Transducer:
             calls.append(n)
         return out, calls
 
-    def wavs(self, folder: str, rate: int) -> List[str]:
-        paths = []
-        for k, samples in enumerate(frontends.utterances(self.seconds, rate, seed=2)):
-            paths.append(os.path.join(folder, f"utterance{k}.wav"))
-            frontends.write_wav(paths[-1], samples, rate)
-        return paths
-
-    def check(self, name, expected, got, calls, t0) -> dict:
-        if len(got) != len(expected):
-            raise ConsumerMismatch(name, None, f"{len(expected)} results", f"{len(got)}")
-        for k, (want, have) in enumerate(zip(expected, got)):
-            if want != have:
-                raise ConsumerMismatch(name, k, want, have)
-        return {"consumer": name, "ok": True, "utterances": len(expected), "tokens": [len(t) for t in expected],
-                "calls": calls, "seconds": round(time.perf_counter() - t0, 3)}
-
-    def run(self, folder, eager, vocabulary, bins, rate, online, command) -> dict:
-        expected, calls = self.reference(eager, vocabulary, bins, rate, online)
+    def run(self, folder, eager, vocabulary, bins, rate, command) -> dict:
+        expected, calls = self.reference(eager, vocabulary, bins, rate, self.online)
         t0 = time.perf_counter()
-        got = command(self.wavs(folder, rate))
-        return self.check(self.name, expected, got, calls, t0)
-
-
-def _fbank_missing() -> Optional[str]:
-    return installed("kaldi_native_fbank")
+        got = command(write_wavs(folder, self.seconds, rate, seed=2))
+        return compare_tokens(self.name, expected, got, t0, calls=calls)
 
 
 @dataclass(frozen=True)
-class OfflineTransducerPython(_Transducer):
+class _TransducerPython(_Transducer):
+    """sherpa-onnx's Python binding, all the files in one batch."""
+
+    def available(self) -> Optional[str]:
+        return python_missing()
+
+    def verify(self, folder, eager, vocabulary, bins, rate=frontends.SAMPLE_RATE) -> dict:
+        script = _ONLINE if self.online else _OFFLINE
+        return self.run(folder, eager, vocabulary, bins, rate, lambda wavs: json.loads(
+            run_child(script, [folder, str(bins), str(rate), *wavs], self.name)))
+
+
+@dataclass(frozen=True)
+class _TransducerBinary(_Transducer):
+    """sherpa-onnx's native binary (``program``), the same files."""
+
+    program: str = ""
+
+    def available(self) -> Optional[str]:
+        return binary_missing(self.program)
+
+    def verify(self, folder, eager, vocabulary, bins, rate=frontends.SAMPLE_RATE) -> dict:
+        return self.run(folder, eager, vocabulary, bins, rate, lambda wavs: binary_tokens(
+            self.program, _files(folder), bins, rate, self.online, wavs, self.name))
+
+
+@dataclass(frozen=True)
+class OfflineTransducerPython(_TransducerPython):
     name: str = "sherpa-onnx Python OfflineRecognizer.from_transducer"
 
-    def available(self) -> Optional[str]:
-        return installed("sherpa_onnx") or _fbank_missing()
-
-    def verify(self, folder, eager, vocabulary, bins, rate=frontends.SAMPLE_RATE) -> dict:
-        return self.run(folder, eager, vocabulary, bins, rate, False, lambda wavs: json.loads(
-            run_child(_OFFLINE, [folder, str(bins), str(rate), *wavs], self.name)))
-
 
 @dataclass(frozen=True)
-class OfflineTransducerBinary(_Transducer):
+class OfflineTransducerBinary(_TransducerBinary):
     name: str = "sherpa-onnx-offline (native binary)"
-
-    def available(self) -> Optional[str]:
-        return (None if program("sherpa-onnx-offline") else "sherpa-onnx-offline is not installed "
-                "(pip install sherpa-onnx-bin)") or _fbank_missing()
-
-    def verify(self, folder, eager, vocabulary, bins, rate=frontends.SAMPLE_RATE) -> dict:
-        def command(wavs):
-            text = run_program([program("sherpa-onnx-offline"), *_files(folder), "--num-threads=1",
-                                f"--feat-dim={bins}", f"--sample-rate={rate}", *wavs], self.name)
-            return [json.loads(line)["tokens"] for line in text.splitlines() if line.startswith("{")]
-        return self.run(folder, eager, vocabulary, bins, rate, False, command)
+    program: str = "sherpa-onnx-offline"
 
 
 @dataclass(frozen=True)
-class OnlineTransducerPython(_Transducer):
+class OnlineTransducerPython(_TransducerPython):
     name: str = "sherpa-onnx Python OnlineRecognizer.from_transducer"
-
-    def available(self) -> Optional[str]:
-        return installed("sherpa_onnx") or _fbank_missing()
-
-    def verify(self, folder, eager, vocabulary, bins, rate=frontends.SAMPLE_RATE) -> dict:
-        return self.run(folder, eager, vocabulary, bins, rate, True, lambda wavs: json.loads(
-            run_child(_ONLINE, [folder, str(bins), str(rate), *wavs], self.name)))
+    online: bool = True
 
 
 @dataclass(frozen=True)
-class OnlineTransducerBinary(_Transducer):
+class OnlineTransducerBinary(_TransducerBinary):
     name: str = "sherpa-onnx (native streaming binary)"
-
-    def available(self) -> Optional[str]:
-        return (None if program("sherpa-onnx") else "sherpa-onnx is not installed (pip install sherpa-onnx-bin)") \
-            or _fbank_missing()
-
-    def verify(self, folder, eager, vocabulary, bins, rate=frontends.SAMPLE_RATE) -> dict:
-        def command(wavs):
-            text = run_program([program("sherpa-onnx"), *_files(folder), "--num-threads=1", f"--feat-dim={bins}",
-                                f"--sample-rate={rate}", "--left-padding=0", "--right-padding=0", *wavs], self.name,
-                               stderr=True)
-            return [json.loads(line)["tokens"] for line in text.splitlines() if line.startswith("{")]
-        return self.run(folder, eager, vocabulary, bins, rate, True, command)
+    program: str = "sherpa-onnx"
+    online: bool = True
 
 
 def _files(folder: str) -> List[str]:
