@@ -95,6 +95,34 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     encoder frames, and the shortest that gives one encoder frame).
     """
     t0 = time.perf_counter()
+    states, updater_states, scorer_states = _checked(kind, release, scores, vocabulary, blank, sentence_end, history,
+                                                     features, beam, states, updater_states, scorer_states, batch)
+    fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
+    uses_length = rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
+                           scores, history, batch, seed)
+    parts, maps = build(kind, fns, features, encoder_dim, states, updater_states, scorer_states, len(vocabulary),
+                        scores == "log-probs", history, batch, uses_length)
+    folder = os.path.abspath(folder)
+    settings, search = _settings(kind, blank, sentence_end, history, start_label)
+    text = config.fragment(kind, release, folder, maps, settings, search)
+    report = LabelScorerReport(folder, kind, KINDS[kind]["type"], release, config=text,
+                               uses_encoder_lengths=dict(uses_length))
+    torch_scorer = TorchCallables(kind, fns.as_dict(), states, updater_states, scorer_states, batch,
+                                  scores == "log-probs", uses_length, history, start_label)
+    prove_by_decoding = _loader_and_decode_proof(
+        report, text, len(vocabulary), torch_scorer, features, utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE),
+        dict(beam=beam, blank=blank, sentence_end=sentence_end, max_symbols=max_symbols), seed)
+    parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
+                                exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
+                                checks=[prove_by_decoding], extra_files={CONFIG_FILE: text})
+    _write_report(report, parts_report, time.perf_counter() - t0)
+    return report
+
+
+def _checked(kind, release, scores, vocabulary, blank, sentence_end, history, features, beam, states,
+             updater_states, scorer_states, batch):
+    """Every argument a user can get wrong, refused before the minutes of rehearsal and export; the states as
+    lists, the ones each graph reads defaulting to all."""
     checks.check_arguments(kind, release, scores, vocabulary, blank, sentence_end, history, features)
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise checks.LabelScorerError(f"beam={beam!r}: the proof's beam width, an int >= 1 (it also decodes greedily)",
@@ -105,40 +133,38 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     scorer_states = list(scorer_states or names)
     if kind in STATEFUL:
         checks.check_states(states, batch, updater_states, scorer_states)
-    fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
-    uses_length = rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
-                            scores, history, batch, seed)
-    parts, maps = build(kind, fns, features, encoder_dim, states, updater_states, scorer_states, len(vocabulary),
-                        scores == "log-probs", history, batch, uses_length)
-    folder = os.path.abspath(folder)
-    settings, search = _settings(kind, blank, sentence_end, history, start_label)
-    text = config.fragment(kind, release, folder, maps, settings, search)
-    report = LabelScorerReport(folder, kind, KINDS[kind]["type"], release, config=text,
-                               uses_encoder_lengths={g: v for g, v in uses_length.items()})
-    torch_scorer = TorchCallables(kind, fns.as_dict(), states, updater_states, scorer_states, batch,
-                                  scores == "log-probs", uses_length, history, start_label)
-    lengths = utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE)
+    return states, updater_states, scorer_states
+
+
+def _loader_and_decode_proof(report: LabelScorerReport, text: str, vocabulary_size: int, torch_scorer, features,
+                             lengths: Sequence[int], search: dict, seed: int) -> Callable:
+    """The check ``export_parts`` runs on the verified graphs before writing them: RASR's loader emulated with
+    the config fragment as written, then decodes through the graphs as RASR calls them, against PyTorch's
+    decode. It fills the report's ``loader``, ``decodes`` and batched-row figures."""
+    kind = report.kind
 
     def rasr_loads_and_decodes(protos: Dict[str, onnx.ModelProto]) -> None:
         values = config.parse(text)
-        report.loader = loader.check(kind, protos, values, len(vocabulary))
+        report.loader = loader.check(kind, protos, values, vocabulary_size)
         rasr = RasrEmulator(kind, values, graphs=protos)
         gen = np.random.default_rng(seed)
         feats = [gen.standard_normal((1, n, features.dims[2])).astype(np.float32) for n in lengths]
-        report.decodes = prove(kind, rasr, torch_scorer, feats, beam, blank, sentence_end, max_symbols)
+        report.decodes = prove(kind, rasr, torch_scorer, feats, search["beam"], search["blank"],
+                               search["sentence_end"], search["max_symbols"])
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
 
-    parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
-                                exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
-                                checks=[rasr_loads_and_decodes],
-                                extra_files={CONFIG_FILE: text})
+    return rasr_loads_and_decodes
+
+
+def _write_report(report: LabelScorerReport, parts_report, seconds: float) -> None:
+    """The parts' summary (graphs, states, steps, files) copied into the report, which is written last beside
+    them: a ``report.json`` in the folder means every step passed."""
     summary = parts_report.to_dict()
     report.graphs, report.states, report.files = summary["graphs"], summary["states"], dict(parts_report.files)
     report.steps = summary["steps"]
-    report.files["report"] = os.path.join(folder, REPORT_FILE)
-    report.timings["total"] = time.perf_counter() - t0
+    report.files["report"] = os.path.join(report.folder, REPORT_FILE)
+    report.timings["total"] = seconds
     _write_text(report.files["report"], report.to_json() + "\n")
-    return report
 
 
 def _owner(*callables) -> torch.nn.Module:

@@ -22,6 +22,7 @@ import onnx
 from onnx_compat.streaming.states import StateSpec
 
 from ..model_state import preserved
+from ..pipeline.files import current_umask
 from ..pipeline.report import Report
 from ..pipeline.steps import Step
 from ..spec import dim_sizes
@@ -199,7 +200,7 @@ def _move_into(tmp: str, folder: str, names: Sequence[str], report: PartsReport)
         staged = tempfile.mkdtemp(prefix=".parts-staged-", dir=os.path.dirname(folder))
         for name in names:
             shutil.move(os.path.join(tmp, name), os.path.join(staged, name))
-        os.chmod(staged, 0o777 & ~_umask())
+        os.chmod(staged, 0o777 & ~current_umask())
         os.replace(staged, folder)
     else:
         if not os.path.isdir(folder):
@@ -211,9 +212,3 @@ def _move_into(tmp: str, folder: str, names: Sequence[str], report: PartsReport)
             report.files[name[:-5]] = os.path.join(folder, name)
         else:
             report.files[name] = os.path.join(folder, name)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
