@@ -48,3 +48,19 @@ def test_the_cli_writes_a_model_others_can_read(tmp_path):
     finally:
         os.umask(before)
     assert _mode(tmp_path / "m.onnx") == 0o644
+
+
+def test_text_beside_a_model_follows_the_umask_and_a_failed_write_leaves_nothing(umask, tmp_path, monkeypatch):
+    """Consumer files (tokens.txt) and the label scorers' report are written by one helper: mkstemp's 0600
+    must not reach them, and a rename that fails leaves neither the file nor its temporary."""
+    from onnx_compat.pipeline import files
+    files.write_text_atomically(str(tmp_path / "tokens.txt"), "a 0\n<blk> 1\n")
+    assert (tmp_path / "tokens.txt").read_text() == "a 0\n<blk> 1\n"
+    assert _mode(tmp_path / "tokens.txt") == 0o666 & ~umask
+
+    def no_room(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(files.os, "replace", no_room)
+    with pytest.raises(OSError):
+        files.write_text_atomically(str(tmp_path / "config.txt"), "x")
+    assert sorted(os.listdir(tmp_path)) == ["tokens.txt"]

@@ -20,6 +20,7 @@ import torch
 
 from ..errors import OnnxCompatError
 from ..graph import load, value_info
+from ..pipeline.files import write_text_atomically
 
 # Axis kinds in a port's layout: how the consumer feeds or reads that axis.
 BATCH = "batch"      # symbolic, or 1 (the consumer may feed one item at a time)
@@ -282,9 +283,7 @@ class Applied:
         paths = []
         for name, text in self.files.items():
             path = os.path.join(folder, name)
-            with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(f.name, path)
+            write_text_atomically(path, text)
             paths.append(path)
         return paths
 

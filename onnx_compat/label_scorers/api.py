@@ -22,6 +22,7 @@ import onnx
 import torch
 
 from onnx_compat.parts import export_parts
+from onnx_compat.pipeline.files import write_text_atomically
 from onnx_compat.spec import TensorSpec
 
 from . import checks, config, loader
@@ -164,7 +165,7 @@ def _write_report(report: LabelScorerReport, parts_report, seconds: float) -> No
     report.steps = summary["steps"]
     report.files["report"] = os.path.join(report.folder, REPORT_FILE)
     report.timings["total"] = seconds
-    _write_text(report.files["report"], report.to_json() + "\n")
+    write_text_atomically(report.files["report"], report.to_json() + "\n")
 
 
 def _owner(*callables) -> torch.nn.Module:
@@ -188,9 +189,3 @@ def _settings(kind: str, blank, sentence_end, history: int, start_label: int):
                       "label consumes one (both proven)")
     return settings, search
 
-
-def _write_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

@@ -64,6 +64,22 @@ def follow_umask(path: str) -> None:
     os.chmod(path, 0o666 & ~current_umask())
 
 
+def write_text_atomically(path: str, text: str) -> None:
+    """A text file beside a model (a report, a consumer's config) written whole and renamed into place, with
+    the mode a plain ``open`` gives: a reader never sees half a file, and a failed write leaves nothing."""
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                               dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        follow_umask(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_atomically(proto: onnx.ModelProto, path: str, before_rename: Optional[Callable[[], None]] = None,
                      save: Optional[Callable[[onnx.ModelProto, str], None]] = None) -> None:
     """Write ``proto`` to a temporary file beside ``path``, then rename it into place.
