@@ -5,6 +5,7 @@ registry (``registry.py``) keeps the patches and does the swapping.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -22,6 +23,20 @@ from onnx_compat.patches import when
 from onnx_compat.patches.changes import Changes
 
 Wrapper = Callable  # (wrapped, instance, args, kwargs) -> result
+
+_ACTING: List[set] = []  # the open ``acting()`` records, each the names of the patches whose wrapper ran
+
+
+@contextlib.contextmanager
+def acting():
+    """The names of the patches whose wrapper ran while it is open. An export in which none ran is the
+    plain export: the pipeline then does not retry it without the patches (``pipeline/capture.py``)."""
+    found: set = set()
+    _ACTING.append(found)
+    try:
+        yield found
+    finally:
+        _ACTING.remove(found)
 
 
 @dataclass
@@ -121,6 +136,8 @@ class Patch:
 
     def gate(self, wrapped, instance, args, kwargs):
         if self._count and self._active() and not any(native() for native in self._native):
+            for record in _ACTING:
+                record.add(self.name)
             return self.wrapper(wrapped, instance, args, kwargs)
         return wrapped(*args, **kwargs)
 

@@ -77,10 +77,15 @@ def _run(model: torch.nn.Module, path: str, inputs, outputs, **options) -> Repor
 
 
 def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Graph:
-    """Each capture strategy in turn until one gives a verified graph; every attempt is on the report."""
-    culprits = []
+    """Each capture strategy in turn until one gives a verified graph; every attempt is on the report. An
+    exporter's retry without the patches is skipped when no patch acted in its patched attempt (the same
+    export again). When all fail, the error names each exporter's first cause (``first_cause.py``)."""
+    culprits, errors = [], {}
     for strategy in request.strategies:
-        t0, record = time.perf_counter(), Attempt(strategy.name, False)
+        if not strategy.patches and _nothing_to_set_aside(strategy, report.attempts):
+            continue
+        t0, record = time.perf_counter(), Attempt(strategy.name, False, strategy=strategy.label,
+                                                  patched=strategy.patches)
         try:
             with preserved(request.model):  # each exporter traces the model as the user gave it
                 used = stages.attempt(strategy, request, spill, record)
@@ -89,17 +94,18 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
             found = stages.failed(exc, record, request, time.perf_counter() - t0)
             report.attempts.append(record)
             culprits += [found] if found else []
-            if request.exporter != "auto":
-                raise ExportError(f"{strategy.name} export failed: {record.error}" +
-                                  (f"\n{record.culprit}" if record.culprit else ""), attempts=report.attempts,
-                                  culprits=culprits, stage=getattr(exc, "stage", None)) from exc
+            errors[id(record)] = exc
             continue
         report.attempts.append(used.attempt)
         return used
-    raise ExportError("no exporter produced a verified model" + stages.only_torchscript() + ": " +
-                      "; ".join(f"{a.exporter}: {a.error}" for a in report.attempts) +
-                      "".join(f"\n{a.culprit} ({a.exporter})" for a in report.attempts if a.culprit),
-                      attempts=report.attempts, culprits=culprits)
+    error, head = stages.no_graph(request, report.attempts, culprits)
+    raise error from errors.get(id(head))
+
+
+def _nothing_to_set_aside(strategy, attempts) -> bool:
+    """The exporter's patched attempt ran and no patch acted in it: without the patches it is the same export."""
+    patched = next((a for a in attempts if a.exporter == strategy.name and a.patched), None)
+    return patched is not None and not patched.acted
 
 
 def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -> stages.Graph:

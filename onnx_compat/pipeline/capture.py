@@ -2,10 +2,12 @@
 
 The exporters are strategies (``STRATEGIES``), each a small object whose
 ``capture`` returns the graph, as torch's own exporter tries its capture
-strategies in turn: ``exporter="auto"`` is an iteration over that tuple.
-Every exporter runs under ``patched()`` with the warnings it raises captured
-for the report instead of printed. A failure is one ``CaptureError`` raised
-from the exporter's own error, carrying its warnings and where it happened.
+strategies in turn: ``exporter="auto"`` is an iteration over ``AUTO`` (the
+exporters under the patches, then each without them, assembled in one place).
+Every exporter runs under ``patched()`` (its ``Unpatched`` form under none)
+with the warnings it raises captured for the report instead of printed. A
+failure is one ``CaptureError`` raised from the exporter's own error, carrying
+its warnings and where it happened.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch
 from onnx_compat import versions
 from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
+from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site
 from onnx_compat.pipeline import weights as weights_module
@@ -64,6 +67,8 @@ class Captured:
     # the exporter's output as bytes, when it gave bytes (TorchScript, in memory): ONNX Runtime can load
     # these instead of a re-serialised proto (78 MB for the 12 x 256 Conformer: 0.16 s)
     serialized: Optional[bytes] = field(default=None, repr=False)
+    # the patches whose wrapper ran during the capture: none, and the capture was the plain export's
+    acted: List[str] = field(default_factory=list)
 
     def add(self, record: warnings.WarningMessage) -> None:
         text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"
@@ -102,7 +107,8 @@ class Request:
 class TorchScript:
     """``torch.onnx.export(dynamo=False)``: traces with ``torch.jit``; fast, but bakes Python numbers."""
 
-    name = "torchscript"
+    name = label = "torchscript"  # ``name``: the exporter; ``label``: this way of capturing with it
+    patches = True
 
     def unavailable(self) -> Optional[str]:
         return None
@@ -198,7 +204,8 @@ def _tensors_of_the_graph():
 class Dynamo:
     """``torch.onnx.export(dynamo=True)``: torch.export, then translation; symbolic sizes, slower."""
 
-    name = "dynamo"
+    name = label = "dynamo"
+    patches = True
 
     def unavailable(self) -> Optional[str]:
         return None if HAS_DYNAMO else versions.NO_DYNAMO
@@ -215,10 +222,7 @@ class Dynamo:
         progress = io.StringIO()
         try:
             with contextlib.redirect_stdout(progress):
-                program = torch.onnx.export(request.model, request.args, dynamo=True,
-                                            dynamic_shapes=self._shapes(request), opset_version=request.opset,
-                                            input_names=names, output_names=dims.onnx_names(request.outputs),
-                                            verbose=True)
+                program = self._onnx_program(request, captured)
         except Exception as exc:
             static = dims.static_dims(exc, names, dims.axes_of(request.inputs))
             if static:
@@ -241,17 +245,53 @@ class Dynamo:
         dims.name_dims(proto, request.inputs, request.outputs)
         return proto
 
+    def _onnx_program(self, request: Request, captured: Captured):
+        """torch.onnx's own capture (torch.export non-strict, then strict) and translation."""
+        return torch.onnx.export(request.model, request.args, dynamo=True, dynamic_shapes=self._shapes(request),
+                                 opset_version=request.opset, input_names=dims.onnx_names(request.inputs),
+                                 output_names=dims.onnx_names(request.outputs), verbose=True)
+
     def locate(self, exc: BaseException, request: Request) -> dict:
         return {"node": failure_site.dynamo_node(exc, request.model, request.args, self._shapes(request))}
 
 
-# The order ``auto`` tries them in. TorchScript first: it exports in a tenth to a fiftieth of dynamo's time
+class Unpatched:
+    """An exporter without the patches: a patch that turns a model the plain export verifies into a failure
+    (an op it rewrites into one the exporter lacks, a complex spectrum the pair type cannot follow) must not
+    cost the user the graph. Tried after the patched attempts failed, and only when a patch acted in them."""
+
+    patches = False
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.name, self.label = inner.name, f"{inner.label} without the patches"
+
+    def unavailable(self) -> Optional[str]:
+        return self.inner.unavailable()
+
+    def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
+        return self.inner.capture(request, captured)
+
+    def locate(self, exc: BaseException, request: Request) -> dict:
+        return self.inner.locate(exc, request)
+
+    def __repr__(self) -> str:
+        return f"Unpatched({self.inner.label})"
+
+
+# The exporters, in the order ``auto`` tries them. TorchScript first: it exports in a tenth to a fiftieth of dynamo's time
 # (0.4 s for a tiny wav2vec2 CTC against the 7-9 s of dynamo export measured on such models), and verification, not the exporter, is what proves a
 # graph; dynamo's graphs ran 0.73x-1.34x TorchScript's time in ONNX Runtime with no side winning
 # (docs/benchmarks.md), and where an op is known slow in TorchScript's form (an ONNX Loop) ``choose`` exports
 # with dynamo too and keeps the faster. dynamo is the fallback where TorchScript fails or does not verify.
 STRATEGIES = (TorchScript(), Dynamo())
 EXPORTERS = tuple(s.name for s in STRATEGIES)
+# ``auto``'s whole order, assembled here: both exporters under the patches, then each without them. Unpatched
+# after both patched attempts, not each right after its own: on round one's sweep (docs/sweep.json, 73 models)
+# no unpatched export verified a model the patched ones had not, and TorchScript unpatched tried second would
+# have added its time on each model patched dynamo then verified (992 s against 975 s for the 73); so an
+# unpatched retry costs only where every patched attempt failed.
+AUTO = STRATEGIES + tuple(Unpatched(s) for s in STRATEGIES)
 
 
 def strategy(name: str):
@@ -264,43 +304,48 @@ def strategy(name: str):
 
 
 def strategies_for(choice: str) -> Tuple:
-    """``auto``: every strategy this torch can use, in order; else the one named."""
+    """``auto``: every strategy this torch can use, in order; else the one named, then it without the patches."""
     if choice == "auto":
-        return tuple(s for s in STRATEGIES if s.unavailable() is None)
-    return (strategy(choice),)
+        return tuple(s for s in AUTO if s.unavailable() is None)
+    return tuple(s for s in AUTO if s.name == strategy(choice).name)
 
 
-def run(exporter: str, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
+def run(exporter, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec], opset: Optional[int] = None,
         patch_options: Optional[dict] = None, let_dims_specialize: bool = False,
         weights: Optional[WeightsFolder] = None) -> Tuple[onnx.ModelProto, Captured]:
-    """Export ``model(*args)`` with ``exporter`` under the patches; the graph and what was captured.
+    """Export ``model(*args)`` with ``exporter`` (a name, or a strategy of ``AUTO``) under the patches; the
+    graph and what was captured.
 
     The TorchScript exporter always folds constants itself: it folds the weights' transposes and slices as
     it writes them (torch 2.13: no slower than without), where ONNX Runtime's cleanup would spend 0.05 s on
     them (12 x 256 Conformer, MHA encoder). ``weights``: models past protobuf's 2 GB
     (``weights.py``). ``let_dims_specialize``: dynamo may make a dynamic dim static (``Dim.AUTO``)
-    instead of failing, for the diagnosis. A failure is a ``CaptureError`` (fields: the exporter,
+    instead of failing, for the diagnosis. A strategy without the patches (``Unpatched``) runs under none,
+    whatever ``patch_options`` say. A failure is a ``CaptureError`` (fields: the exporter,
     the one-line cause, the warnings, where it happened) raised from the exporter's own error.
     """
-    chosen = strategy(exporter)
+    chosen = strategy(exporter) if isinstance(exporter, str) else exporter
     why_not = chosen.unavailable()
     if why_not:
         raise TargetError(why_not)
     request = Request(model, tuple(args), inputs, outputs, opset, weights, let_dims_specialize)
     captured = Captured()
+    options = (patch_options or {}) if chosen.patches else {"only": []}
     records: List[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()), _quiet_logs():
             warnings.simplefilter("always")
-            with patched(**(patch_options or {})):
+            with patched(**options), acting() as acted:
                 try:
                     proto = chosen.capture(request, captured)
                 except Exception as exc:  # located while the same patches act
                     reraise_interrupt(exc)  # Ctrl-C wrapped in an exporter's error stops the export
                     where = chosen.locate(exc, request)
                     raise CaptureError(chosen.name, error_line(exc), captured, **where) from exc
+                finally:
+                    captured.acted = sorted(acted)
     finally:
         for record in records:
             captured.add(record)

@@ -27,6 +27,17 @@ class Attempt:
     openvino: List[str] = field(default_factory=list)  # graph rewrites for OpenVINO (openvino_fixes.py)
     nodes_before_cleanup: Optional[int] = None
     timings: Dict[str, float] = field(default_factory=dict)
+    # the way of capturing ("dynamo", "torchscript without the patches", ...): ``exporter`` names the exporter
+    strategy: str = ""
+    patched: bool = True  # False: the patches were set aside for this attempt
+    acted: List[str] = field(default_factory=list)  # the patches whose wrapper ran during its capture
+    stage: Optional[str] = None  # a failed attempt: where it stopped ("capture", "dims", "cleanup", "verify", ...)
+    # a failed attempt whose error came from a patch's own code (not a refusal it raises): that file and line
+    in_patches: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        return self.strategy or self.exporter
 
 
 @dataclass
@@ -34,6 +45,8 @@ class Report:
     path: Optional[str] = None
     exporter: Optional[str] = None
     why: str = ""
+    strategy: str = ""  # the attempt that made the graph ("dynamo without the patches": the patches were set aside)
+    patched: bool = True
     attempts: List[Attempt] = field(default_factory=list)
     opset: Dict[str, int] = field(default_factory=dict)
     ir_version: Optional[int] = None
@@ -98,7 +111,7 @@ class Report:
             return ", ".join(f"{v['name']} {v['dtype']}{v['dims']}" for v in values)
 
         lines = [
-            f"exporter    {self.exporter} ({self.why})",
+            f"exporter    {self.strategy or self.exporter} ({self.why})",
             f"written     {self.path}" + (f" (weights in {self.external_data} beside it)" if self.external_data else ""),
             f"inputs      {io(self.inputs)}",
             f"outputs     {io(self.outputs)}",
@@ -117,7 +130,7 @@ class Report:
                              + " (concatenated stream vs full forward)")
         for attempt in self.attempts:
             if not attempt.ok:
-                lines.append(f"not used    {attempt.exporter} ({attempt.seconds:.1f}s): {attempt.error}")
+                lines.append(f"not used    {attempt.label} ({attempt.seconds:.1f}s): {attempt.error}")
                 if attempt.culprit:
                     lines.append(f"            {attempt.culprit}")
             elif len(attempt.capture) > 1:  # torch.onnx retried another way; say which one made the graph

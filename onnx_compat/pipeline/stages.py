@@ -23,7 +23,7 @@ import torch
 from onnx_compat import graph
 from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
-from onnx_compat.pipeline import capture, dims, releases
+from onnx_compat.pipeline import capture, dims, first_cause, releases
 from onnx_compat.pipeline.files import content_hash, write_atomically
 from onnx_compat.pipeline.repair import repair_int_types
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
@@ -50,10 +50,12 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     t0 = time.perf_counter()
     subject = request.subject
     asked = releases.opset_for(strategy.name, request.opset, request.target)
-    request.tell(f"capture ({strategy.name})")
-    proto, captured = capture.run(strategy.name, subject.adapter(), subject.args, subject.inputs, subject.outputs,
+    request.tell(f"capture ({strategy.label})")
+    record.strategy, record.patched = strategy.label, strategy.patches
+    proto, captured = capture.run(strategy, subject.adapter(), subject.args, subject.inputs, subject.outputs,
                                   asked, request.patches, weights=spill)
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
+    record.acted = list(captured.acted)
     _check_opset(proto, asked, strategy.name)
     proto, record.repairs = repair_int_types(proto)
     record.openvino, kept = fix_for_openvino(proto)  # ONNX Runtime's outputs unchanged; OpenVINO's right
@@ -85,10 +87,12 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
     (returned too, for the ``ExportError``) as the search handed in (``request.diagnose``) finds it."""
     if isinstance(exc, CaptureError) and exc.warnings is not None:
         record.warnings = {"baked": exc.warnings.baked, "other": exc.warnings.other}
-        record.capture = exc.warnings.capture
+        record.capture, record.acted = exc.warnings.capture, list(exc.warnings.acted)
     what = capture.error_line(exc)
     record.error = what + (baked_hint(record.warnings.get("baked", ())) if _size_could_be_baked(exc) else "")
-    found = _culprit(exc, request, what, record.exporter)
+    record.stage, record.in_patches = first_cause.stage_of(exc), first_cause.patch_site(exc) if record.patched else None
+    # the culprit search re-exports per module under the patches: for the patched attempts only
+    found = _culprit(exc, request, what, record.exporter) if record.patched else None
     record.culprit = found.line() if found else None
     record.seconds = seconds
     return found
@@ -240,8 +244,8 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     """The used attempt's state and verification on the report; the metadata on the graph, then each step's
     changes and checks (``Step.before_write``)."""
     name, record = used.attempt.exporter, used.attempt
-    report.exporter = name
-    report.why = used.why or _why(request.exporter, name)
+    report.exporter, report.strategy, report.patched = name, record.label, record.patched
+    report.why = used.why or _why(request.exporter, record, report.attempts)
     report.warnings = record.warnings or {"baked": [], "other": []}
     report.repairs, report.nodes_before_cleanup = list(record.repairs), record.nodes_before_cleanup
     report.openvino = list(record.openvino)
@@ -264,20 +268,57 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     report.findings += subject.notes
 
 
-def _why(choice: str, name: str) -> str:
+def _why(choice: str, used: Attempt, attempts: Sequence[Attempt]) -> str:
+    failed = [a for a in attempts if not a.ok]
     if choice != "auto":
-        return "requested"
-    order = [s.name for s in capture.strategies_for("auto")]
-    if len(order) == 1:
-        return "the only exporter" + only_torchscript()
-    if name == order[0]:
-        return f"{name} exported and verified"
-    return f"fallback: {', '.join(order[:order.index(name)])} did not export or verify"
+        why = "requested"
+    elif len({s.name for s in capture.strategies_for("auto")}) == 1 and not failed:
+        why = "the only exporter" + only_torchscript()
+    elif not failed:
+        why = f"{used.label} exported and verified"
+    else:
+        why = f"fallback: {', '.join(a.label for a in failed)} did not export or verify"
+    if used.patched:
+        return why
+    own = next((a for a in failed if a.exporter == used.exporter and a.patched), None)
+    return why + ("; the patches were set aside" +
+                  (f" (with them {own.label} failed: {own.error})" if own is not None else ""))
 
 
 def only_torchscript() -> str:
     from onnx_compat import versions
     return "" if capture.HAS_DYNAMO else f" ({versions.NO_DYNAMO}: TorchScript only)"
+
+
+def no_graph(request: ExportRequest, attempts: Sequence[Attempt], culprits):
+    """The error when every attempt failed: for each exporter its first cause (``first_cause.py``), then
+    every other attempt (one that failed the same way only noted beside it), then the culprits found; and
+    the attempt named first."""
+    heads, others = first_cause.split(attempts)
+    head_of = {h.exporter: h for h in heads}
+    same = [o for o in others if o.error == head_of[o.exporter].error]
+    others = [o for o in others if all(o is not s for s in same)]
+
+    def said(head: Attempt) -> str:
+        alike = [_how(o) for o in same if o.exporter == head.exporter]
+        return head.error + (f" (the same {', '.join(alike)})" if alike else "")
+    if request.exporter != "auto":
+        head = heads[0]
+        text = f"{head.exporter} export failed" + ("" if head.patched else f" ({_how(head)})") + f": {said(head)}"
+    else:
+        text = "no exporter produced a verified model" + only_torchscript() + ": " + \
+            "; ".join(f"{h.label}: {said(h)}" for h in heads)
+    text += "".join(f"\n{why}" for why in first_cause.reasons(heads, attempts))
+    if others:
+        text += "\nalso tried: " + "; ".join(f"{a.label}: {a.error}" for a in others)
+    text += "".join(f"\n{a.culprit} ({a.label})" for a in attempts if a.culprit)
+    return ExportError(text, attempts=list(attempts), culprits=culprits,
+                       stage=heads[0].stage if request.exporter != "auto" else None), heads[0]
+
+
+def _how(attempt: Attempt) -> str:
+    """The way of capturing beside the exporter's name: "without the patches", or "with the patches"."""
+    return attempt.label[len(attempt.exporter):].strip(" ()") or "with the patches"
 
 
 def whole_graph_if_needed(request: ExportRequest, used: Graph, spill):

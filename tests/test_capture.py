@@ -1,0 +1,106 @@
+"""The capture strategies ``auto`` tries (``pipeline/capture.py``): a patch that breaks a model the plain export
+verifies is set aside, and when every attempt fails the error names the first cause (``first_cause.py``)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import onnx_compat
+from onnx_compat import Dim, ExportError, TensorSpec
+from onnx_compat.errors import CaptureError
+from onnx_compat.pipeline import first_cause
+from onnx_compat.pipeline.report import Attempt
+
+from helpers import needs_dynamo
+
+B, T = Dim("batch"), Dim("time", min=200)
+
+
+class ComplexSpectrum(nn.Module):
+    """An op on the complex STFT that the spectral patches' real/imaginary pair has no form for."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.register_buffer("window", torch.hann_window(64))
+
+    def forward(self, x):
+        spec = torch.stft(x, 64, 16, window=self.window, return_complex=True)
+        return torch.view_as_real(self.op(spec)).flatten(-2)
+
+
+def _transposed(spec):
+    return spec.mT  # (batch, frames, freq): plain dynamo exports it; the pair type refuses Tensor.mT
+
+
+@needs_dynamo
+def test_a_patch_that_breaks_a_model_the_plain_export_verifies_is_set_aside(tmp_path):
+    """Pattern 7 of issue #39: patched never does worse than plain. Under the patches the complex spectrum is a
+    real/imaginary pair, which refuses ``Tensor.mT`` (with either exporter); TorchScript without the patches
+    cannot export a complex STFT; dynamo without them exports and verifies (torch 2.13). ``auto`` tries them
+    in that order and reports the unpatched attempt, the patched one's error kept."""
+    path, model = str(tmp_path / "mt.onnx"), ComplexSpectrum(_transposed).eval()
+    inputs, outputs = [TensorSpec("x", (B, T))], [TensorSpec("y", (B, Dim("frames"), 66))]
+    report = onnx_compat.export(model, path, inputs, outputs, exporter="auto")
+    assert [(a.label, a.ok) for a in report.attempts] == [
+        ("torchscript", False), ("dynamo", False), ("torchscript without the patches", False),
+        ("dynamo without the patches", True)], report.summary()
+    assert all("SpectralError: Tensor.mT" in a.error for a in report.attempts[:2]), report.summary()
+    assert report.exporter == "dynamo" and report.strategy == "dynamo without the patches" and not report.patched
+    assert "the patches were set aside (with them dynamo failed: SpectralError: Tensor.mT" in report.why, report.why
+    assert report.summary().startswith("exporter    dynamo without the patches (")
+    checks = onnx_compat.verify(path, model, inputs, outputs, sizes=[{"batch": 1, "time": 333}, {"batch": 3, "time": 901}])
+    assert all(c.ok for c in checks), [c.to_dict() for c in checks]
+
+
+def test_when_both_fail_the_error_names_the_patched_first_cause_and_lists_the_plain_one(tmp_path):
+    """TorchScript without the patches stops at the complex STFT; with them it gets past the STFT to
+    ``torch.square`` on the complex spectrum, which the patches refuse naming the call: that is what the user
+    can act on, so it comes first, and the plain error is listed after it."""
+    path = tmp_path / "sq.onnx"
+    with pytest.raises(ExportError) as failed:
+        onnx_compat.export(ComplexSpectrum(torch.square).eval(), str(path), [TensorSpec("x", (B, T))],
+                           [TensorSpec("y", (B, 33, Dim("frames")))], exporter="torchscript")
+    message = str(failed.value)
+    assert message.startswith("torchscript export failed: SpectralError: torch square"), message
+    assert "\nalso tried: torchscript without the patches: " in message and "STFT" in message, message
+    assert [(a.label, a.stage, a.in_patches) for a in failed.value.attempts] == [
+        ("torchscript", "capture", None), ("torchscript without the patches", "capture", None)]
+    assert failed.value.attempts[0].acted and not failed.value.attempts[1].acted  # the patches acted, then none
+    assert isinstance(failed.value.__cause__, CaptureError) and "square" in failed.value.__cause__.line
+    assert not path.exists()
+
+
+def _failed(label, stage, in_patches=None):
+    exporter = label.split()[0]
+    return Attempt(exporter, False, error=f"{label} error", strategy=label, patched=" without " not in label,
+                   stage=stage, in_patches=in_patches)
+
+
+@pytest.mark.parametrize("patched_stage,in_patches,plain_stage,named", [
+    ("capture", None, "capture", "dynamo"),  # as far as each other: the patched error (past the plain one's stop)
+    ("verify", None, "capture", "dynamo"),  # the patches got further
+    ("capture", None, "verify", "dynamo without the patches"),  # the plain export got further
+    ("capture", "patches/recurrent.py:120", "capture", "dynamo without the patches"),  # a patch broke there
+])
+def test_first_cause_is_the_patched_error_unless_the_plain_export_got_further_or_a_patch_broke(
+        patched_stage, in_patches, plain_stage, named):
+    patched, plain = _failed("dynamo", patched_stage, in_patches), _failed("dynamo without the patches", plain_stage)
+    heads, others = first_cause.split([patched, plain])
+    assert [h.label for h in heads] == [named] and [o.label for o in others] == \
+        [a.label for a in (patched, plain) if a.label != named]
+    said = first_cause.reasons(heads, [patched, plain])
+    assert bool(said) == (named != "dynamo"), said
+
+
+def test_a_node_a_patch_wrote_is_the_patch_s_own_failure():
+    """The issue's case: a patched RNN became a failing ``clamp`` the exporter could not translate; the node's
+    stack trace is in a patch's rewrite, so the plain export's error is the model's first cause."""
+    here = first_cause._PATCHES + "recurrent.py"
+    error = CaptureError("dynamo", "DispatchError: No ONNX function found for aten.clamp.Tensor",
+                         node={"stack_trace": f'  File "/model.py", line 9, in forward\n'
+                                              f'  File "{here}", line 77, in _cell\n    return x.clamp(lo, hi)'})
+    assert first_cause.patch_site(error) == "onnx_compat/patches/recurrent.py:77"
+    refused = CaptureError("dynamo", "SpectralError: ...")
+    assert first_cause.patch_site(refused) is None
