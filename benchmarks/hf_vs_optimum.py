@@ -1,10 +1,12 @@
 """``onnx-compat export hf:DIR`` against ``optimum-cli export onnx`` on the same tiny checkpoints, side by side.
 
+    benchmarks/make_optimum_env.sh /work/scratch/hf/venv      # once: optimum's venv, outside the repo
     .venv/bin/python benchmarks/hf_vs_optimum.py --optimum-python /work/scratch/hf/venv/bin/python [--same-env]
 
 ``--optimum-python``: an interpreter whose environment has ``optimum-onnx``
 (optimum does not run with transformers 5; its venv has the transformers 4
-it accepts, and torch 2.13.0). The checkpoints are random-init tiny models
+it accepts, and torch 2.13.0; ``make_optimum_env.sh`` builds it with the
+versions the table names). The checkpoints are random-init tiny models
 built by that interpreter (so both transformers releases read them). Each
 tool runs as its own command, timed as a user waits for it (start to end),
 ``--rounds`` times in alternating order; the table has the medians and our
@@ -47,7 +49,7 @@ from onnx_compat.huggingface import families, from_pretrained_dir, tiny  # noqa:
 
 # the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
 BENCHMARK = {"cost": "slow", "writes": "docs/huggingface.md",
-             "needs": "an optimum venv (`--optimum-python`)"}
+             "needs": "an optimum venv (`--optimum-python`, built by `benchmarks/make_optimum_env.sh`)"}
 
 # name: (model type, our task, optimum's task, optimum's file, transformers' reference class, output attribute)
 MODELS = {
@@ -58,6 +60,10 @@ MODELS = {
                         "AutoModel", "last_hidden_state"),
     "AST classification": ("audio-spectrogram-transformer", "audio-classification", "audio-classification",
                            "model.onnx", "AutoModelForAudioClassification", "logits"),
+    "wav2vec2-conformer CTC": ("wav2vec2-conformer", "ctc", "automatic-speech-recognition", "model.onnx",
+                               "AutoModelForCTC", "logits"),
+    "Speech2Text encoder": ("speech_to_text", "speech-encoder", "automatic-speech-recognition", "encoder_model.onnx",
+                            "AutoModel", "last_hidden_state"),
 }
 _BUILD = """
 import json, sys, torch, transformers as T

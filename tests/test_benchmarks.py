@@ -241,3 +241,18 @@ def test_the_sweep_environment_script_parses_and_pins_the_project_torch():
     with open(script, encoding="utf-8") as f:
         text = f.read()
     assert torch_pin.split("+")[0] in text, f"make_env.sh does not install {torch_pin}"
+
+
+def test_the_optimum_environment_script_parses_and_keeps_the_project_torch():
+    """benchmarks/make_optimum_env.sh (not run here: it downloads optimum) is valid bash, installs the torch
+    constraints.txt pins, and installs everything after torch under a constraints file, so optimum's requirements
+    cannot replace it: the peer table compares the tools on one torch."""
+    import subprocess
+    script = os.path.join(ROOT, "benchmarks", "make_optimum_env.sh")
+    assert subprocess.run(["bash", "-n", script], capture_output=True, text=True).returncode == 0
+    with open(os.path.join(ROOT, "constraints.txt"), encoding="utf-8") as f:
+        torch_pin = next(line.strip() for line in f if line.startswith("torch=="))
+    with open(script, encoding="utf-8") as f:
+        installs = [line for line in f.read().replace("\\\n", " ").splitlines() if "pip\" install" in line]
+    assert installs and installs[0].split()[-1] == torch_pin.split("+")[0], installs
+    assert all(" -c " in line for line in installs[1:]), [line for line in installs[1:] if " -c " not in line]

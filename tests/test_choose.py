@@ -186,7 +186,8 @@ def test_worth_timing_a_torchscript_graph_mostly_shape_bookkeeping():
 
 @pytest.mark.parametrize("model_type, task", [("wav2vec2", "ctc"), ("hubert", "ctc"), ("wavlm", "ctc"),
                                               ("whisper", "speech-encoder"),
-                                              ("audio-spectrogram-transformer", "audio-classification")])
+                                              ("audio-spectrogram-transformer", "audio-classification"),
+                                              ("wav2vec2-conformer", "ctc"), ("speech_to_text", "speech-encoder")])
 def test_auto_exports_the_budgeted_transformers_models_once(tmp_path, model_type, task):
     """Issue #29 item 3: the whole export of these stays within optimum's time, so auto's rule must not
     ask for a second (dynamo) export of their verified TorchScript graphs."""
