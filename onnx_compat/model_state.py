@@ -25,12 +25,15 @@ def preserved(model: torch.nn.Module) -> Iterator[None]:
     attributes = [dict(vars(m)) for m in modules]
     buffers = [{k: (b, None if b is None else b.detach().clone()) for k, b in m._buffers.items()} for m in modules]
     params = {name: (p, p.requires_grad) for name, p in model.named_parameters()}
+    training = [m.training for m in modules]  # a ScriptModule keeps its flag in its compiled object, not in vars()
     try:
         model.eval()
         yield
     finally:
-        for module, before in zip(modules, attributes):
+        for module, before, flag in zip(modules, attributes, training):
             _restore_attributes(module, before)
+            if module.training != flag:
+                module.training = flag
         for module, before in zip(modules, buffers):
             _restore_buffers(module, before)
         for name, p in model.named_parameters():
@@ -48,7 +51,8 @@ def _restore_attributes(module: torch.nn.Module, before: dict) -> None:
 
 
 def _restore_buffers(module: torch.nn.Module, before: dict) -> None:
-    for key in [k for k in module._buffers if k not in before]:
+    # ``keys()``: a ScriptModule's ``_buffers`` is a wrapper that cannot be iterated (it indexes 0, 1, ...)
+    for key in [k for k in module._buffers.keys() if k not in before]:
         del module._buffers[key]
     for key, (tensor, values) in before.items():
         module._buffers[key] = tensor

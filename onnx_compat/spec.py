@@ -144,7 +144,7 @@ def _check_values(name: str, values, dtype: torch.dtype) -> Tuple[float, float]:
 
 def forward_arguments(model: torch.nn.Module, inputs: Sequence[TensorSpec]) -> List[Tuple[str, Optional[str]]]:
     """``(onnx_name, forward_arg or None)`` in ONNX order; names are checked against forward."""
-    params = inspect.signature(model.forward).parameters
+    params = forward_parameters(model)
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     pairs: List[Tuple[str, Optional[str]]] = []
     for spec in inputs:
@@ -165,6 +165,18 @@ def forward_arguments(model: torch.nn.Module, inputs: Sequence[TensorSpec]) -> L
             raise SpecError(f"{len(pairs)} inputs {[n for n, _ in pairs]} but {type(model).__name__}.forward "
                              f"takes {len(positional)} positional arguments {[p.name for p in positional]}")
     return pairs
+
+
+def forward_parameters(model: torch.nn.Module) -> Mapping[str, inspect.Parameter]:
+    """``model.forward``'s parameters. A ScriptModule's forward is a compiled method Python cannot read a
+    signature from: its TorchScript schema says the same (names, and which have defaults)."""
+    forward = model.forward
+    if not isinstance(forward, torch._C.ScriptMethod):
+        return inspect.signature(forward).parameters
+    schema_args = forward.schema.arguments[1:]  # the first is ``self``
+    return {a.name: inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                      default=a.default_value if a.has_default_value() else inspect.Parameter.empty)
+            for a in schema_args}
 
 
 def dim_sizes(inputs: Sequence[TensorSpec], overrides: Mapping[str, int] = (), seed_size: int = 0) -> Dict[str, int]:

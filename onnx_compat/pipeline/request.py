@@ -86,8 +86,20 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     check_room(written, size)
     # weights from 1 GiB on stay in a data file beside the graph (weights.py), removed unless written
     spill = external_data if external_data is not None else size >= weights.IN_MEMORY_LIMIT
-    request = ExportRequest(subject, written, exporter, capture.strategies_for(exporter), target=deploy, opset=opset,
+    request = ExportRequest(subject, written, exporter, _strategies(subject, exporter), target=deploy, opset=opset,
                             spill=bool(spill), metadata=dict(metadata or {}), steps=steps, **options)
     for step in steps:
         step.before_capture(request)
     return request
+
+
+def _strategies(subject: Subject, exporter: str) -> tuple:
+    """The capture strategies for ``exporter`` that can capture this model (``auto`` leaves out the others);
+    an exporter named that cannot, or a model no exporter can capture, is refused here, saying why."""
+    usable = tuple(s for s in capture.strategies_for(exporter) if not subject.refused_exporter(s.name))
+    if not usable:
+        why = subject.refused_exporter(exporter if exporter != "auto" else capture.EXPORTERS[0])
+        works = [name for name in capture.EXPORTERS if not subject.refused_exporter(name)]
+        advice = f"; use exporter={works[0]!r} or 'auto'" if works else ""
+        raise ArgumentError(why + advice, argument="exporter" if exporter != "auto" else "model", value=exporter)
+    return usable

@@ -290,6 +290,12 @@ def only_torchscript() -> str:
     return "" if capture.HAS_DYNAMO else f" ({versions.NO_DYNAMO}: TorchScript only)"
 
 
+def _left_out(request: ExportRequest) -> str:
+    """The exporters ``auto`` left out because they cannot capture this model (``Subject.refused_exporter``)."""
+    refused = [(name, request.subject.refused_exporter(name)) for name in capture.EXPORTERS]
+    return "".join(f" ({name} not tried: {why})" for name, why in refused if why)
+
+
 def no_graph(request: ExportRequest, attempts: Sequence[Attempt], culprits):
     """The error when every attempt failed: for each exporter its first cause (``first_cause.py``), then
     every other attempt (one that failed the same way only noted beside it), then the culprits found; and
@@ -306,7 +312,7 @@ def no_graph(request: ExportRequest, attempts: Sequence[Attempt], culprits):
         head = heads[0]
         text = f"{head.exporter} export failed" + ("" if head.patched else f" ({_how(head)})") + f": {said(head)}"
     else:
-        text = "no exporter produced a verified model" + only_torchscript() + ": " + \
+        text = "no exporter produced a verified model" + only_torchscript() + _left_out(request) + ": " + \
             "; ".join(f"{h.label}: {said(h)}" for h in heads)
     text += "".join(f"\n{why}" for why in first_cause.reasons(heads, attempts))
     if others:

@@ -17,7 +17,7 @@ import torch
 from onnx_compat.errors import ArgumentTypeError, SpecError
 from onnx_compat.model_state import preserved
 from onnx_compat.pipeline.adapter import IOAdapter, check_outputs, flatten
-from onnx_compat.spec import TensorSpec, check_examples, example_inputs, forward_arguments
+from onnx_compat.spec import TensorSpec, check_examples, example_inputs, forward_arguments, forward_parameters
 
 
 def as_specs(specs, what: str) -> List[TensorSpec]:
@@ -64,6 +64,8 @@ class Subject:
         if dupes:
             raise SpecError(f"ONNX names must be unique; {dupes} appear more than once")
         pairs = forward_arguments(model, inputs)
+        if is_scripted(model):
+            _check_scripted_order(model, pairs)
         checked = check_examples(inputs, examples)
         example, args = example_inputs(inputs, checked, sizes, seed)
         inputs, notes = _with_int_ranges(model, inputs, pairs, args)
@@ -75,9 +77,36 @@ class Subject:
     def args(self) -> Tuple[torch.Tensor, ...]:
         return own_copies(self.example_args)
 
-    def adapter(self) -> IOAdapter:
-        """The model with flat ONNX I/O, as exporters want it (its ``model`` is the user's)."""
+    def adapter(self) -> torch.nn.Module:
+        """The model with flat ONNX I/O, as exporters want it (its ``model`` is the user's). A ScriptModule is
+        its own adapter: the TorchScript exporter exports its compiled graph as it is (loops and branches as
+        ONNX ``Loop``/``If``), but cannot trace a Python module that calls one ("not part of the active
+        trace"); its inputs are its forward's own, in order (``_check_scripted_order``), and the exporter
+        flattens the tuples it returns."""
+        if self.scripted:
+            return self.model
         return IOAdapter(self.model, self.pairs, self.outputs)
+
+    @property
+    def scripted(self) -> bool:
+        return is_scripted(self.model)
+
+    def refused_exporter(self, name: str) -> Optional[str]:
+        """Why exporter ``name`` cannot capture this model, or None. A ScriptModule is TorchScript's alone; one
+        inside a Python module neither exporter can capture there (measured on torch 2.13: TorchScript's
+        tracing "Tried to trace <...> but it is not part of the active trace", torch.export "State dict entry
+        for parameter ... is not an instance of torch.nn.Parameter")."""
+        inner = _scripted_submodule(self.model)
+        if inner is not None:
+            path, module = inner
+            return (f"submodule {path!r} is a ScriptModule ({_scripted_kind(module)}) called from Python code, which "
+                    f"neither exporter can capture (TorchScript's tracing cannot enter it, torch.export cannot "
+                    f"read TorchScript code): export that ScriptModule itself, or the Python module it was "
+                    f"compiled from in its place")
+        if self.scripted and name == "dynamo":
+            return (f"the model is a ScriptModule ({_scripted_kind(self.model)}), whose TorchScript code the dynamo "
+                    f"exporter (torch.export) cannot capture; the TorchScript exporter exports it as it is")
+        return None
 
     def check_outputs(self) -> None:
         """Run the model once on the example: the outputs it returns must be the declared ones
@@ -91,6 +120,35 @@ class Subject:
     @property
     def specs(self) -> List[TensorSpec]:
         return list(self.inputs) + list(self.outputs)
+
+
+def is_scripted(model) -> bool:
+    """A ``torch.jit.script``-ed, ``torch.jit.trace``-d or ``torch.jit.load``-ed module."""
+    return isinstance(model, torch.jit.ScriptModule)
+
+
+def _scripted_kind(model) -> str:
+    if isinstance(model, torch.jit.TopLevelTracedModule):
+        return "torch.jit.trace"
+    return "torch.jit.script or torch.jit.load"
+
+
+def _scripted_submodule(model) -> Optional[Tuple[str, torch.nn.Module]]:
+    """The first ScriptModule inside a Python module (its path and itself); None when there is none, or when
+    the model is a ScriptModule itself (its submodules are compiled with it)."""
+    if is_scripted(model):
+        return None
+    return next(((path, m) for path, m in model.named_modules() if path and is_scripted(m)), None)
+
+
+def _check_scripted_order(model, pairs) -> None:
+    """A ScriptModule is exported as it is (``Subject.adapter``), its graph's inputs in its forward's order:
+    inputs named after forward arguments must come in that order, from the first."""
+    named = [arg for _, arg in pairs if arg is not None]
+    order = list(forward_parameters(model))
+    if named and named != order[:len(named)]:
+        raise SpecError(f"the model is a ScriptModule, exported as it is, so its ONNX inputs are its forward's "
+                        f"arguments in their order {order}; the inputs map to {named}: declare them in that order")
 
 
 def own_copies(tensors):
