@@ -24,6 +24,14 @@ V="$VENV/bin"
 "$V/pip" install -q -c <(echo torch==2.13.0) soundfile flatten-dict pyyaml librosa loguru tqdm beartype \
     frozendict matplotlib hyperpyyaml sentencepiece huggingface_hub scipy joblib resampy ffmpy \
     tiktoken rich absl-py markdown grpcio
+# round two (#39, sweep_models2.py): the libraries pinned to the versions measured, --no-deps beside the pinned torch
+# (torchcodec only so coqui-tts imports: its audio I/O is never called)
+"$V/pip" install -q --no-deps espnet==202511 coqui-tts==0.28.0 coqui-tts-trainer==0.4.0 funasr==1.4.16 \
+    panns-inference==0.1.1 silero-vad==6.2.3 resemblyzer==0.1.4 pesto-pitch==2.0.1 torchfcpe==0.0.4 \
+    diffsptk==4.0.1 lhotse==1.33.0 speechtokenizer==1.0.1 audioseal==0.2.0 moshi==0.2.13 torchcodec==0.17.0 \
+    webrtcvad-wheels==2.0.14.post1 lion-pytorch==0.2.5 accelerate==1.15.0
+"$V/pip" install -q -c <(echo torch==2.13.0) typeguard torch-complex kaldiio omegaconf intervaltree cytoolz \
+    safetensors audioread click tabulate coqpit-config rapidfuzz six
 # torchaudio's compiled extensions are built for another torch; its pure-Python models import without them
 rm -f "$VENV"/lib/python3.*/site-packages/torchaudio/lib/*.so
 echo "sweep environment ready: $VENV"

@@ -8,6 +8,10 @@ Not part of CI: it needs the libraries of ``sweep_models.py`` beside torch, in a
     benchmarks/sweep/make_env.sh /work/scratch/sweep/venv && V=/work/scratch/sweep/venv/bin
     taskset -c 1 $V/python benchmarks/sweep/sweep.py --write docs/sweep.md --json docs/sweep.json
     $V/python benchmarks/sweep/sweep.py --only julius_lowpass --steps vanilla_ts,auto   # a quick look at one model
+    $V/python benchmarks/sweep/sweep.py --round 2 --json after.json --before docs/sweep2_first.json --write docs/sweep.md
+
+``--round 2`` runs the second round's models (``sweep_models2.py``) and writes their own block of the page;
+``--before`` puts a first-contact run beside this one.
 
 ``--only`` runs models whose name contains the text; a model whose library is not installed
 shows as "does not build". The patterns are named by ``sweep_patterns.py`` from each error.
@@ -24,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 # the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
 BENCHMARK = {"cost": "slow", "writes": "docs/sweep.md", "needs": "`benchmarks/sweep/make_env.sh`",
@@ -191,6 +195,42 @@ def ranking(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
+def _ok(row: dict, step: str) -> bool:
+    return "build" not in row and row.get("steps", {}).get(step, {}).get("stage") == "ok"
+
+
+def exporter_figures(rows: List[dict]) -> str:
+    """Per exporter, how many models verify plainly and inside ``patched()``; and every model where one side
+    verifies and the other does not (the issue's property: patched never below vanilla)."""
+    built = [r for r in rows if "build" not in r]
+    lines = []
+    for name, plain, patched in (("TorchScript", "vanilla_ts", "patched_ts"),
+                                 ("dynamo", "vanilla_dynamo", "patched_dynamo")):
+        worse = [r["model"] for r in built if _ok(r, plain) and not _ok(r, patched)]
+        better = [r["model"] for r in built if _ok(r, patched) and not _ok(r, plain)]
+        lines.append(f"- {name}: vanilla {sum(_ok(r, plain) for r in built)}/{len(built)}, patched "
+                     f"{sum(_ok(r, patched) for r in built)}/{len(built)}; patched verifies where vanilla does not: "
+                     f"{', '.join(better) or 'none'}; vanilla verifies where patched does not: "
+                     f"{', '.join(worse) or 'none'}")
+    return "\n".join(lines)
+
+
+def comparison(before: List[dict], after: List[dict]) -> str:
+    """First contact beside after: one cell per step, ``first → after`` where they differ."""
+    first = {r["model"]: r for r in before}
+    lines = ["| model | library | " + " | ".join(title for _, title in COLUMNS) + " |",
+             "|" + "---|" * (len(COLUMNS) + 2)]
+    for r in after:
+        b = first.get(r["model"], {})
+        cells = []
+        for step, _ in COLUMNS:
+            old = "does not build" if "build" in b else cell(b.get("steps", {}).get(step))
+            new = "does not build" if "build" in r else cell(r.get("steps", {}).get(step))
+            cells.append(new if old == new else f"{old} → {new}")
+        lines.append("| " + " | ".join(_md(c) for c in [r["model"], r["library"], *cells]) + " |")
+    return "\n".join(lines)
+
+
 def machine() -> str:
     import onnx
     import onnxruntime
@@ -199,9 +239,19 @@ def machine() -> str:
             f"Python {platform.python_version()}, one core per model (OMP_NUM_THREADS=1)")
 
 
-def render(rows: List[dict], seconds: float) -> str:
+def markers(round_: int):
+    """Each round's tables sit between their own markers, so re-running one round leaves the other's."""
+    tag = "sweep" if round_ == 1 else f"sweep{round_}"
+    return f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+
+
+def render(rows: List[dict], seconds: float, round_: int = 1, before: Optional[List[dict]] = None) -> str:
+    begin, end = markers(round_)
+    compared = [] if before is None else [
+        "### First contact → after", "First contact:\n\n" + summary(before) + "\n" + exporter_figures(before),
+        "After:\n\n" + summary(rows) + "\n" + exporter_figures(rows), comparison(before, rows)]
     return "\n\n".join([
-        "<!-- sweep:begin -->", summary(rows), "### Outcomes", table(rows),
+        begin, *compared, summary(rows), exporter_figures(rows), "### Outcomes", table(rows),
         "Cells: `ok`: exported, and ONNX Runtime matched the unpatched eager model at three shapes the export never "
         "saw (B=1 first, other lengths); `export ✗`: the exporter raised; `dim baked`: a dim declared dynamic is a "
         "number in the graph; `ORT ✗ new shape`: ONNX Runtime fails at a new shape; `wrong numbers`: it runs, with "
@@ -211,12 +261,12 @@ def render(rows: List[dict], seconds: float) -> str:
         "### Every error", errors_table(rows),
         f"Made by `benchmarks/sweep/sweep.py` (`--write, `--json`; parallel workers joined with `--merge`) on "
         f"{machine()}; the steps took {seconds / 60:.0f} min in all.",
-        "<!-- sweep:end -->"])
+        end])
 
 
-def write_block(path: str, text: str) -> None:
-    """Replace the block between the sweep markers (the prose around it is written by hand)."""
-    begin, end = "<!-- sweep:begin -->", "<!-- sweep:end -->"
+def write_block(path: str, text: str, round_: int = 1) -> None:
+    """Replace the block between the round's markers (the prose around it is written by hand)."""
+    begin, end = markers(round_)
     old = open(path).read() if os.path.exists(path) else ""
     if begin in old and end in old:
         text = old[:old.index(begin)] + text + old[old.index(end) + len(end):]
@@ -240,6 +290,9 @@ def _round_robin(names: List[str]) -> List[str]:
 def main(argv=None) -> List[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="models whose name contains this (repeatable)")
+    parser.add_argument("--round", type=int, default=1,
+                        help="the sweep round whose models run and whose block --write replaces (1: sweep_models.py, "
+                             "2: sweep_models2.py)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per step")
     parser.add_argument("--json", help="write the rows here (and resume from it with --resume)")
@@ -251,6 +304,8 @@ def main(argv=None) -> List[dict]:
                         help="combine the rows of these runs (a later file's step replaces an earlier one's) into "
                              "--json and --write; no exports")
     parser.add_argument("--rescore", action="store_true", help="re-classify the rows of --json, no exports")
+    parser.add_argument("--before", metavar="JSON",
+                        help="the first-contact rows of the same models: --write shows them beside these")
     args = parser.parse_args(argv)
     steps = tuple(s for s in args.steps.split(",") if s)
     unknown = set(steps) - set(STEPS)
@@ -260,7 +315,8 @@ def main(argv=None) -> List[dict]:
         rows = merged(args.merge)
         _write(args, rows)
         return rows
-    names = [n for n in ENTRIES if not args.only or any(o in n for o in args.only)]
+    names = [n for n in ENTRIES if ENTRIES[n].round == args.round
+             and (not args.only or any(o in n for o in args.only))]
     if args.interleave:
         names = _round_robin(names)
     done = {r["model"]: r for r in (_load(args.json) or [])} if args.json and (args.resume or args.rescore) else {}
@@ -285,9 +341,11 @@ def _write(args, rows: List[dict]) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    text = render(rows, sum(o.get("seconds", 0) for r in rows for o in r.get("steps", {}).values()))
+    before = [classify(r) for r in _load(args.before)] if getattr(args, "before", None) else None
+    text = render(rows, sum(o.get("seconds", 0) for r in rows for o in r.get("steps", {}).values()), args.round,
+                  before)
     if args.write:
-        write_block(args.write, text)
+        write_block(args.write, text, args.round)
     else:
         print(text)
 
@@ -302,6 +360,8 @@ def merged(paths: List[str]) -> List[dict]:
                                   | {"steps": {}})
             if "build" in r:
                 row["build"] = r["build"]
+            elif r.get("steps"):  # a later run that built it replaces an earlier one that did not
+                row.pop("build", None)
             row["steps"].update(r.get("steps", {}))
     return [classify(rows[n]) for n in ENTRIES if n in rows]
 

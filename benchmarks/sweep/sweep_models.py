@@ -23,15 +23,16 @@ class Entry:
     library: str  # the PyPI package
     kind: str
     build: Callable[[], dict]
+    round: int = 1  # the sweep round that added it (round 2: sweep_models2.py)
 
 
 ENTRIES: Dict[str, Entry] = {}
 
 
-def entry(library: str, kind: str, name: str = ""):
+def entry(library: str, kind: str, name: str = "", round: int = 1):
     def register(fn):
         key = name or fn.__name__
-        ENTRIES[key] = Entry(key, library, kind, fn)
+        ENTRIES[key] = Entry(key, library, kind, fn, round)
         return fn
     return register
 
@@ -763,3 +764,7 @@ def pytorch_tcn():
     from pytorch_tcn import TCN
     model = TCN(20, [16, 16], kernel_size=3, causal=True, dropout=0.0)
     return _job(model, feats(20, channels_first=True), out(16, "time"))
+
+
+# the second round's models register themselves into ENTRIES (round=2)
+import sweep_models2  # noqa: E402,F401
