@@ -50,7 +50,8 @@ def test_a_patch_that_breaks_a_model_the_plain_export_verifies_is_set_aside(tmp_
     assert report.exporter == "dynamo" and report.strategy == "dynamo without the patches" and not report.patched
     assert "the patches were set aside (with them dynamo failed: SpectralError: Tensor.mT" in report.why, report.why
     assert report.summary().startswith("exporter    dynamo without the patches (")
-    checks = onnx_compat.verify(path, model, inputs, outputs, sizes=[{"batch": 1, "time": 333}, {"batch": 3, "time": 901}])
+    checks = onnx_compat.verify(path, model, inputs, outputs,
+                                sizes=[{"batch": 1, "time": 333}, {"batch": 3, "time": 901}])
     assert all(c.ok for c in checks), [c.to_dict() for c in checks]
 
 
@@ -104,3 +105,47 @@ def test_a_node_a_patch_wrote_is_the_patch_s_own_failure():
     assert first_cause.patch_site(error) == "onnx_compat/patches/recurrent.py:77"
     refused = CaptureError("dynamo", "SpectralError: ...")
     assert first_cause.patch_site(refused) is None
+
+
+class SignBranch(nn.Module):
+    """A branch on a tensor's value whose sign the bias sets for inputs of any size."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.lin.bias.fill_(1.0)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if y.sum() > 0:
+            return 2 * y
+        return y
+
+
+@needs_dynamo
+def test_draft_export_verifies_a_graph_that_is_wrong_for_the_other_branch(tmp_path):
+    """Why draft export is not in ``auto`` (docs/pipeline.md, "More ways to capture"): it takes a value-dependent
+    branch as the example took it and says so; the verification inputs take it the same way, so the graph
+    verifies, yet an input that takes the other branch gets another answer than eager PyTorch."""
+    from onnx_compat.pipeline import capture
+    from onnx_compat.runtimes.session import open_session
+    torch.manual_seed(0)
+    path, model = str(tmp_path / "draft.onnx"), SignBranch().eval()
+    dims = (Dim("batch"), Dim("time"), 4)
+    inputs, outputs = [TensorSpec("x", dims)], [TensorSpec("y", dims)]
+    kept = capture.AUTO
+    capture.AUTO = (capture.DraftExport(),)
+    try:
+        report = onnx_compat.export(model, path, inputs, outputs, exporter="auto")
+    finally:
+        capture.AUTO = kept
+    assert report.strategy == "dynamo (draft export)" and all(c["ok"] for c in report.verification)
+    assert any("taken as True (the example's value)" in a for a in report.assumed), report.assumed
+    against = model.lin.weight.detach().sum(0)  # y.sum() = (sum of W's rows) . x + 4 per row
+    other = (-50 * against / against.norm()).expand(2, 5, 4).contiguous()  # y.sum() < 0: eager returns y
+    with torch.no_grad():
+        eager = model(other)
+    got = open_session(path).run(None, {"x": other.numpy()})[0]
+    assert float(eager.sum()) < 0 and abs(got - 2 * eager.numpy()).max() < 1e-4, (got, eager)
+    assert capture.DraftExport not in {type(s) for s in capture.AUTO}

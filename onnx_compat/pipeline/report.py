@@ -34,6 +34,7 @@ class Attempt:
     stage: Optional[str] = None  # a failed attempt: where it stopped ("capture", "dims", "cleanup", "verify", ...)
     # a failed attempt whose error came from a patch's own code (not a refusal it raises): that file and line
     in_patches: Optional[str] = None
+    assumed: List[str] = field(default_factory=list)  # draft export: what it took from the example to go on
 
     @property
     def label(self) -> str:
@@ -47,6 +48,9 @@ class Report:
     why: str = ""
     strategy: str = ""  # the attempt that made the graph ("dynamo without the patches": the patches were set aside)
     patched: bool = True
+    # draft export: what it assumed to go on (the example's values where torch.export would have stopped); the
+    # graph verified at other shapes all the same
+    assumed: List[str] = field(default_factory=list)
     attempts: List[Attempt] = field(default_factory=list)
     opset: Dict[str, int] = field(default_factory=dict)
     ir_version: Optional[int] = None
@@ -135,6 +139,7 @@ class Report:
                     lines.append(f"            {attempt.culprit}")
             elif len(attempt.capture) > 1:  # torch.onnx retried another way; say which one made the graph
                 lines.append(f"captured    {attempt.exporter}: " + "; then ".join(attempt.capture))
+        lines += [f"assumed     {a}" for a in self.assumed]
         if self.target:
             lines.append(f"target      {self.target}")
         lines += [f"repaired    {r}" for r in self.repairs]

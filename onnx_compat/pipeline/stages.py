@@ -55,7 +55,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     proto, captured = capture.run(strategy, subject.adapter(), subject.args, subject.inputs, subject.outputs,
                                   asked, request.patches, weights=spill)
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
-    record.acted = list(captured.acted)
+    record.acted, record.assumed = list(captured.acted), list(captured.assumed)
     _check_opset(proto, asked, strategy.name)
     proto, record.repairs = repair_int_types(proto)
     record.openvino, kept = fix_for_openvino(proto)  # ONNX Runtime's outputs unchanged; OpenVINO's right
@@ -88,6 +88,7 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
     if isinstance(exc, CaptureError) and exc.warnings is not None:
         record.warnings = {"baked": exc.warnings.baked, "other": exc.warnings.other}
         record.capture, record.acted = exc.warnings.capture, list(exc.warnings.acted)
+        record.assumed = list(exc.warnings.assumed)
     what = capture.error_line(exc)
     record.error = what + (baked_hint(record.warnings.get("baked", ())) if _size_could_be_baked(exc) else "")
     record.stage, record.in_patches = first_cause.stage_of(exc), first_cause.patch_site(exc) if record.patched else None
@@ -245,6 +246,7 @@ def conclude(request: ExportRequest, report: Report, used: Graph) -> None:
     changes and checks (``Step.before_write``)."""
     name, record = used.attempt.exporter, used.attempt
     report.exporter, report.strategy, report.patched = name, record.label, record.patched
+    report.assumed = list(record.assumed)
     report.why = used.why or _why(request.exporter, record, report.attempts)
     report.warnings = record.warnings or {"baked": [], "other": []}
     report.repairs, report.nodes_before_cleanup = list(record.repairs), record.nodes_before_cleanup
@@ -323,7 +325,7 @@ def no_graph(request: ExportRequest, attempts: Sequence[Attempt], culprits):
 
 
 def _how(attempt: Attempt) -> str:
-    """The way of capturing beside the exporter's name: "without the patches", or "with the patches"."""
+    """The way of capturing beside the exporter's name: "without the patches", "draft export", ..."""
     return attempt.label[len(attempt.exporter):].strip(" ()") or "with the patches"
 
 
