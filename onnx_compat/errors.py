@@ -197,6 +197,16 @@ class VerificationError(OnnxCompatError, AssertionError):
         return self.mismatch is not None and self.mismatch.kind == "values"
 
 
+class RandomOutputs(OnnxCompatError, ValueError):
+    """The model's outputs change from one call to the next on the same inputs: it draws random numbers
+    (noise for a GAN vocoder, a random message) that no export can reproduce, so no graph can be verified
+    against it. ``sites``: where the draws happen (file:line and the call), as far as they were found."""
+
+    def __init__(self, message: str, *, sites: Optional[List[str]] = None) -> None:
+        super().__init__(message)
+        self.sites = list(sites or [])
+
+
 class ExportError(OnnxCompatError, RuntimeError):
     """No exporter produced a model that passed every check.
 
@@ -233,7 +243,7 @@ _ELSEWHERE = {
 __all__ = ["OnnxCompatError", "ArgumentError", "ArgumentTypeError", "UsageError", "FactoryError", "OutputPathError",
            "WriteError", "ModelFileError", "PatchError", "PatchSelectionTypeError", "PatchUnavailable", "SpecError",
            "TargetError", "SpectralError", "RuntimeUnavailable", "StaticDim", "NarrowedDim", "DimSpecialized",
-           "Culprit", "CaptureError", "Mismatch", "VerificationError", "ExportError", *_ELSEWHERE]
+           "Culprit", "CaptureError", "Mismatch", "VerificationError", "RandomOutputs", "ExportError", *_ELSEWHERE]
 
 
 def __getattr__(name: str):

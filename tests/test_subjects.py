@@ -10,9 +10,9 @@ from torch import nn
 
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
-from onnx_compat.errors import ArgumentError, ExportError, SpecError
+from onnx_compat.errors import ArgumentError, ExportError, RandomOutputs, SpecError
 
-from helpers import assert_matches, needs_dynamo
+from helpers import EXPORTERS, assert_matches, needs_dynamo
 
 B, T = Dim("batch"), Dim("time")
 
@@ -137,3 +137,135 @@ def test_script_module_inputs_named_out_of_order_are_refused():
     specs = [TensorSpec("state", [2, 1, B, 8], arg="state"), TensorSpec("x", [B, 4, T], arg="x")]
     with pytest.raises(SpecError, match=r"forward's arguments in their order \['x', 'state'\]"):
         onnx_compat.export(_scripted(), "unused.onnx", specs, OUTPUTS)
+
+
+# ---------------------------------------------------------------- functions and modules wrapped by torch.compile
+
+class CompileCounter:
+    """A ``torch.compile`` backend that counts the graphs dynamo hands it and runs them as they are (no
+    inductor, no C compiler): the numbers are eager's, the count says whether anything was compiled."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+def _compiled_on_first_call(backend):
+    """What libraries do to keep ``torch.compile``'s start-up off import (moshi's ``torch_compile_lazy``)."""
+    def decorate(fun):
+        compiled = None
+
+        def wrapped(*args):
+            nonlocal compiled
+            if compiled is None:
+                compiled = torch.compile(fun, backend=backend)
+            return compiled(*args)
+        return wrapped
+    return decorate
+
+
+def _compiled_model(backend):
+    """A compiled function, a method compiled lazily on first call, and an ``OptimizedModule`` submodule."""
+    gate = torch.compile(lambda x, a: torch.tanh(x) * torch.sigmoid(a * x), backend=backend)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(4, 4, 3, padding=1)
+
+        @_compiled_on_first_call(backend)
+        def forward(self, x):
+            return x + self.conv(x)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(2, 4, 3, padding=1)
+            self.blocks = nn.Sequential(Block(), Block())
+            self.head = torch.compile(nn.Conv1d(4, 2, 1), backend=backend)
+            self.a = nn.Parameter(torch.tensor(1.5))
+
+        def forward(self, x):
+            return self.head(self.blocks(gate(self.conv(x), self.a)))
+
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+WAVE_IN, WAVE_OUT = [TensorSpec("x", [B, 2, T])], [TensorSpec("y", [B, 2, T])]
+
+
+def test_vanilla_torchscript_refuses_a_compiled_function():
+    from helpers import export
+    model = _compiled_model(CompileCounter())
+    with pytest.raises(RuntimeError, match="using FX to torch.jit.trace a dynamo-optimized function"):
+        export(model, (torch.randn(3, 2, 37),), "torchscript", {0: {0: "batch", 2: "time"}})
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_compiled_functions_and_modules_export_as_their_python(exporter, tmp_path):
+    counter = CompileCounter()
+    model = _compiled_model(counter)
+    path = tmp_path / "m.onnx"
+    report = onnx_compat.export(model, str(path), WAVE_IN, WAVE_OUT, exporter=exporter)
+    assert "compiled_as_python" in report.attempts[-1].acted
+    assert counter.graphs == 0  # neither the exporter nor the eager reference compiled anything
+    torch.manual_seed(2)
+    assert_matches(onnx.load(str(path)), model, torch.randn(1, 2, 5))  # the model as users call it: compiled
+    assert_matches(onnx.load(str(path)), model, torch.randn(4, 2, 61))
+    assert counter.graphs > 0
+
+
+def test_compiled_functions_stay_compiled_in_eager_code_inside_patched():
+    counter = CompileCounter()
+    model = _compiled_model(counter)
+    with onnx_compat.patched(), torch.no_grad():
+        model(torch.randn(2, 2, 9))
+    assert counter.graphs > 0
+
+
+# ---------------------------------------------------------------- models whose outputs are random
+
+class NoiseVocoder(nn.Module):
+    """A GAN vocoder that draws its own noise in forward (coqui-tts' UnivNet: ``torch.randn([B, C, T])``)."""
+
+    def __init__(self, keep_noise: bool = False):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 2, 3, padding=1)
+        self.cond = nn.Conv1d(2, 2, 1)
+        self.keep_noise = keep_noise
+
+    def forward(self, c):
+        noise = torch.randn([c.shape[0], 4, c.shape[2]])
+        if self.keep_noise:  # drawn, then unused: the outputs do not depend on it
+            return torch.tanh(self.cond(c))
+        return torch.tanh(self.conv(noise) + self.cond(c))
+
+
+COND_IN, COND_OUT = [TensorSpec("c", [B, 2, T])], [TensorSpec("y", [B, 2, T])]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS + ["auto"])
+def test_a_model_drawing_its_own_noise_is_refused_naming_the_draw(exporter, tmp_path):
+    with pytest.raises(RandomOutputs, match=r"outputs \['y'\] change from one call to the next.*randn at "
+                                            r".*test_subjects.py:\d+ `noise = torch.randn"):
+        onnx_compat.export(NoiseVocoder().eval(), str(tmp_path / "m.onnx"), COND_IN, COND_OUT, exporter=exporter)
+    assert not os.listdir(tmp_path)
+
+
+def test_a_draw_the_outputs_do_not_depend_on_is_no_refusal(tmp_path):
+    model = NoiseVocoder(keep_noise=True).eval()
+    path = tmp_path / "m.onnx"
+    report = onnx_compat.export(model, str(path), COND_IN, COND_OUT)
+    assert all(c["ok"] for c in report.verification)
+    assert_matches(onnx.load(str(path)), model, torch.randn(1, 2, 7))
+
+
+def test_a_random_model_exports_unproven_with_verify_false(tmp_path):
+    path = tmp_path / "m.onnx"
+    report = onnx_compat.export(NoiseVocoder().eval(), str(path), COND_IN, COND_OUT, exporter="torchscript",
+                                verify=False)
+    assert path.exists() and report.verification == []

@@ -19,6 +19,7 @@ from onnx_compat.patches import overlap_add  # noqa: F401
 from onnx_compat.patches import checks  # noqa: F401
 from onnx_compat.patches import shape_ops  # noqa: F401
 from onnx_compat.patches import scripted  # noqa: F401
+from onnx_compat.patches import compiled  # noqa: F401
 from onnx_compat.patches import size_math  # noqa: F401
 from onnx_compat.patches import loops  # noqa: F401
 from onnx_compat.patches import constants  # noqa: F401

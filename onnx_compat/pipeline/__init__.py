@@ -68,7 +68,7 @@ def _run(model: torch.nn.Module, path: str, inputs, outputs, **options) -> Repor
     with folder_for(request.path, on_disk, beside=request.spill) as spill, preserved(model):
         request.tell("checking the model's outputs")
         with preserved(model):  # a forward that caches on the module (a length-keyed table) must not
-            request.subject.check_outputs()  # hand that cache to the trace that follows
+            request.subject.check_outputs(repeatable=request.verify)  # hand that cache to the trace that follows
         used = _faster(request, report, spill, _first_verified(request, report, spill))
         spill = stages.whole_graph_if_needed(request, used, spill)
         stages.conclude(request, report, used)

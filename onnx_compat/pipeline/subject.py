@@ -16,6 +16,8 @@ import torch
 
 from onnx_compat.errors import ArgumentTypeError, SpecError
 from onnx_compat.model_state import preserved
+from onnx_compat.patches.compiled import uncompiled
+from onnx_compat.pipeline import random_draws
 from onnx_compat.pipeline.adapter import IOAdapter, check_outputs, flatten
 from onnx_compat.spec import TensorSpec, check_examples, example_inputs, forward_arguments, forward_parameters
 
@@ -108,14 +110,22 @@ class Subject:
                     f"exporter (torch.export) cannot capture; the TorchScript exporter exports it as it is")
         return None
 
-    def check_outputs(self) -> None:
+    def check_outputs(self, repeatable: bool = True) -> None:
         """Run the model once on the example: the outputs it returns must be the declared ones
-        (rank, dtype, static sizes, lengths); dims declared ``None`` are filled in from it."""
-        with torch.no_grad():
-            returned = flatten(self.adapter()(*self.args))
+        (rank, dtype, static sizes, lengths); dims declared ``None`` are filled in from it. ``repeatable``:
+        a model that drew random numbers must give the same outputs again (``random_draws.py``)."""
+        state = random_draws.generator_state()
+        returned = self._run_example()
         self.outputs = check_outputs(returned, self.outputs, self.example)
+        if repeatable and not torch.equal(state, random_draws.generator_state()):
+            random_draws.check_repeatable(self._run_example, returned, [n for s in self.outputs for n in s.onnx_names])
         if self.examples and not self.sizes:  # the export example is the first user example (example_inputs)
             self.example_reference = [t.detach().cpu().numpy() for t in returned]
+
+    def _run_example(self) -> List[torch.Tensor]:
+        # the plain model's numbers, as verification's reference; each run from the model as it was
+        with preserved(self.model), torch.no_grad(), uncompiled():
+            return flatten(self.adapter()(*self.args))
 
     @property
     def specs(self) -> List[TensorSpec]:

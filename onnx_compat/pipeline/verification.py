@@ -20,6 +20,7 @@ import onnx
 import torch
 
 from onnx_compat.errors import Mismatch, VerificationError
+from onnx_compat.patches.compiled import uncompiled
 from onnx_compat.pipeline.adapter import IOAdapter, flatten
 from onnx_compat.pipeline.subject import own_copies
 from onnx_compat.runtimes import as_runtimes
@@ -92,7 +93,8 @@ def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], output
         sizes = verification_sizes(inputs, example or dim_sizes(inputs))
     cases = [Case(dict(s), make_inputs(inputs, s, seed=seed + k)) for k, s in enumerate(sizes)]
     cases += [Case(example_sizes(inputs, feeds), feeds, example=True) for feeds in checked]
-    with preserved(model), torch.no_grad():  # eval mode; flags, attributes and buffers as before afterwards
+    # eval mode; flags, attributes and buffers as before afterwards; compiled functions as their plain Python
+    with preserved(model), torch.no_grad(), uncompiled():
         reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
         for case in cases:
             if case.example and first_example_outputs is not None and case.feeds is checked[0]:
