@@ -96,7 +96,7 @@ def table(rows: List[dict]) -> str:
     """One line per option: the models ``auto`` could not export that it verified, of those tried, and its time."""
     tried = [r for r in rows if not r["auto"]["ok"]]
     lines = [f"{len(rows)} sweep models measured; `auto` (without the options) verified {len(rows) - len(tried)}; "
-             f"each option was tried alone on the {len(tried)} others (torch {torch.__version__}).", "",
+             f"each option was tried alone on the {len(tried)} it did not (torch {torch.__version__}).", "",
              "| option | verified | tried | seconds (sum) | models it verified | kept in auto |",
              "|---|---|---|---|---|---|"]
     for option in capture.CAPTURE_OPTIONS:
