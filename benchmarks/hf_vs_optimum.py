@@ -10,7 +10,9 @@ versions the table names). The checkpoints are random-init tiny models
 built by that interpreter (so both transformers releases read them). Each
 tool runs as its own command, timed as a user waits for it (start to end),
 ``--rounds`` times in alternating order; the table has the medians and our
-ratio to optimum's. Ours is ``onnx-compat export hf:DIR`` run by this
+ratio to optimum's, of the wall time and of the command's CPU time (user +
+system: on a machine other jobs load, the wall time grows with their load
+and the CPU time far less). Ours is ``onnx-compat export hf:DIR`` run by this
 interpreter (our test environment, transformers 5) and, with
 ``--same-env``, also by optimum's interpreter from this checkout (that
 environment then needs our dependencies, ``wrapt`` and ``onnxscript``): the
@@ -32,6 +34,7 @@ import argparse
 import json
 import statistics
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -88,12 +91,20 @@ def checkpoint_spec(model_type: str, task: str) -> dict:
 LENGTHS = [7013, 4102, 5631]  # samples of the padded batch: B=3 and lengths no export saw
 
 
-def timed(command, env) -> float:
-    t0 = time.perf_counter()
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(command, env) -> tuple:
+    """Wall time (what a user waits) and the command's CPU time (user + system): on a shared machine the wall
+    time grows with the other jobs' load, the CPU time far less, so the two ratios together tell the tools'
+    own cost from the machine's."""
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{command[:3]} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _children_cpu() - cpu0
 
 
 def reference(folder: str, cls_name: str, attr: str, encoder: bool):
@@ -203,7 +214,9 @@ def run_one(name, spec, work, optimum_python, exporter, rounds=5, ours=()) -> li
         if label in failed:
             rows.append((label, float("nan"), {"error": failed[label]}))
         else:
-            rows.append((label, statistics.median(seconds[label]), measure(path, batch, expected, frames)))
+            cpu = statistics.median(c for _, c in seconds[label])
+            rows.append((label, statistics.median(w for w, _ in seconds[label]),
+                         dict(measure(path, batch, expected, frames), cpu=cpu)))
     return rows
 
 
@@ -217,17 +230,20 @@ def optimum_attempts(folder: str, task: str):
 
 
 def table(results) -> str:
-    lines = ["| model | tool | export s (median) | ours / optimum | nodes | max abs err, padded B=3 at new lengths "
-             "| lengths out | mask/lengths in | output frames dim |", "|---|---|---:|---:|---:|---:|---|---|---|"]
+    lines = ["| model | tool | export s (median) | ours / optimum | CPU s (median), ours / optimum | nodes "
+             "| max abs err, padded B=3 at new lengths | lengths out | mask/lengths in | output frames dim |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
     for name, rows in results:
-        peer = [s for tool, s, m in rows if not tool.startswith("onnx-compat") and "error" not in m]
+        peer = [(s, m["cpu"]) for tool, s, m in rows if not tool.startswith("onnx-compat") and "error" not in m]
         for tool, seconds, m in rows:
             if "error" in m:
-                lines.append(f"| {name} | {tool} | - | | - | fails: {m['error']} | | | |")
+                lines.append(f"| {name} | {tool} | - | | | - | fails: {m['error']} | | | |")
                 continue
-            ratio = f"**{seconds / min(peer):.2f}x**" if tool.startswith("onnx-compat") and peer else ""
+            ours = tool.startswith("onnx-compat") and peer
+            ratio = f"**{seconds / min(w for w, _ in peer):.2f}x**" if ours else ""
+            cpu = f"{m['cpu']:.2f}" + (f" ({m['cpu'] / min(c for _, c in peer):.2f}x)" if ours else "")
             yes = {True: "yes", False: "no", None: "- (no frames)"}
-            lines.append(f"| {name} | {tool} | {seconds:.2f} | {ratio} | {m['nodes']} | {m['err']:.2e} | "
+            lines.append(f"| {name} | {tool} | {seconds:.2f} | {ratio} | {cpu} | {m['nodes']} | {m['err']:.2e} | "
                          f"{yes[m['lengths']]} | {yes[m['mask']]} | {m['frames_dim']} |")
     return "\n".join(lines)
 
