@@ -4,6 +4,7 @@ Kept out of the test module: pytest rewrites the ``assert`` statements of test m
 checks below must reach the exporters as model code has them.
 """
 import math
+import warnings
 from typing import List
 
 import numpy as np
@@ -228,6 +229,31 @@ def _branch_form(x):
     return 2
 
 
+def _report_form(x):
+    if x:
+        print("out of range:", x)
+    return 1
+
+
+def _report_else_form(x):
+    if x:
+        print("out of range:", x)
+    else:
+        x = 2
+    return x
+
+
+class ReportsRange(nn.Module):
+    """torchfcpe's mel extractor: a range check on the input that only reports (print, warnings.warn)."""
+
+    def forward(self, x):
+        if torch.min(x) < -10.0:
+            print("min value is ", torch.min(x))
+        if torch.max(x) > 10.0:
+            warnings.warn(f"max value is {torch.max(x).item()}")
+        return x.clamp(-1, 1).cumsum(1)
+
+
 # --- constants read back as numbers, strides read from the tensor (the sweep's asteroid and julius forms) --
 
 @torch.jit.script_if_tracing
@@ -294,9 +320,16 @@ class _DeclaresLengths(nn.Module):
             return self.body(x, lengths)
 
 
+def _pad_mask(lengths):
+    """A mask helper of the kind model libraries keep in a utils module, reached from forward by global name."""
+    longest = int(torch.max(lengths))
+    return torch.arange(longest, device=lengths.device)[None, :] < lengths[:, None]
+
+
 class LengthsMask(_DeclaresLengths):
     """Masked mean over time, the mask sized by the longest length read back as a number (torchaudio-style
-    ``lengths.max().item()``, ``max(lengths)``, ``max(lengths.tolist())``, ``torch.max(lengths)``)."""
+    ``lengths.max().item()``, ``max(lengths)``, ``max(lengths.tolist())``, ``torch.max(lengths)``,
+    ``int(lengths.max())``, ``int(torch.max(lengths))`` in a helper function)."""
 
     def __init__(self, form):
         super().__init__()
@@ -304,8 +337,10 @@ class LengthsMask(_DeclaresLengths):
 
     def body(self, x, lengths):
         longest = {"item": lambda: lengths.max().item(), "builtin": lambda: max(lengths),
-                   "tolist": lambda: max(lengths.tolist()), "torch_max": lambda: torch.max(lengths)}[self.form]()
-        mask = torch.arange(longest, device=x.device)[None, :] < lengths[:, None]
+                   "tolist": lambda: max(lengths.tolist()), "torch_max": lambda: torch.max(lengths),
+                   "int_max": lambda: int(lengths.max()), "int_in_helper": lambda: None}[self.form]()
+        mask = _pad_mask(lengths) if longest is None else \
+            torch.arange(longest, device=x.device)[None, :] < lengths[:, None]
         return (self.proj(x) * mask[..., None]).sum(1) / lengths[:, None]
 
 
@@ -359,6 +394,70 @@ def _valid_mask(seq_len, batch, time):
     return torch.ones(batch, time, dtype=torch.bool)
 
 
+class BufferFlags(nn.Module):
+    """Small buffers read back as Python values: speechtokenizer's codebook ``if self.inited:``, pesto's
+    ``roll(-round(self.shift.cpu().item() * bins))``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inited", torch.tensor([1.0]))
+        self.register_buffer("shift", torch.tensor(0.4))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):  # [B, T, 8]
+        if self.inited:
+            x = self.proj(x)
+        return x.roll(-round(self.shift.cpu().item() * 3), -1)
+
+
+class FrameSolve(nn.Module):
+    """diffsptk's mel-cepstral analysis: one small symmetric Toeplitz system per frame, solved for a vector
+    (or for two right-hand sides)."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def forward(self, x):  # [B, T, 6]
+        r = torch.cat([x[..., :1].abs() + 3.0, x[..., 1:]], -1)
+        R = r[..., (torch.arange(6)[:, None] - torch.arange(6)[None, :]).abs()]
+        if self.form == "vector":
+            return torch.linalg.solve(R, x)
+        return torch.linalg.solve(R, x.unsqueeze(-1) * torch.tensor([1.0, -2.0]))
+
+
+class KernelSizedWindows(nn.Module):
+    """coqui UnivNet's location-variable convolution: windows as wide as a kernel, the width read from the
+    kernel's shape (a traced size under TorchScript)."""
+
+    def forward(self, x, kernel):  # [B, C, T], [B, K]
+        width = kernel.shape[-1]
+        return (x.unfold(2, width, 1) * kernel[:, None, None, :]).sum(-1)
+
+
+class Int32LengthsSquare(nn.Module):
+    """espnet's traceable ``make_pad_mask``: rows of a triangle of ones sized by ``lengths.max() + 1``, the
+    lengths int32."""
+
+    def forward(self, x, lengths):  # [B, T, 8], int32 [B] whose longest fills T
+        maxlen = lengths.max()
+        triangle = torch.ones(maxlen + 1, maxlen + 1, dtype=torch.bool).triu(1)[1:, :-1]
+        padded = triangle[(lengths - 1).long()][..., :maxlen]
+        return x.masked_fill(padded[..., None], 0.0).sum(1)
+
+
+class DivmodSize(nn.Module):
+    """pesto-style: a size read back as a number where it is a tensor ("JIT" guard), then split with divmod."""
+
+    def forward(self, x):  # [B, T, 8]
+        T = x.size(1)
+        if torch.is_tensor(T):
+            T = T.item()
+        groups, rest = divmod(T, 4)
+        x = F.pad(x, (0, 0, 0, (4 - rest) % 4))
+        return x.reshape(x.shape[0], -1, 4, 8).mean(2) * groups
+
+
 class IntOrLengths(nn.Module):
     def forward(self, x):  # [B, T, D]; the full length passed as an int
         mask = _valid_mask(x.shape[1], x.shape[0], x.shape[1])
@@ -382,6 +481,26 @@ class ComplexBuffer(nn.Module):
         return torch.view_as_real(z * self.freqs[:T]).flatten(2)
 
 
+class RotaryQuery(nn.Module):
+    """A Llama-style rotary embedding on an attention query: ``freqs_cis`` a complex buffer made with
+    ``torch.polar`` in ``__init__`` (not in the state dict), the heads' pairs taken with ``view_as_complex``,
+    multiplied by the buffer's first T rows shaped to broadcast, and read back with ``view_as_real``."""
+
+    def __init__(self, heads=2, dim=4, max_len=64):
+        super().__init__()
+        self.heads, self.q = heads, nn.Linear(8, heads * dim)
+        inverse = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = torch.outer(torch.arange(max_len).float(), inverse)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles), persistent=False)
+
+    def forward(self, x):  # [B, T, 8], T <= 64
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, self.heads, -1)
+        pairs = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))
+        freqs = self.freqs_cis[:T].view(1, T, 1, pairs.shape[-1])
+        return torch.view_as_real(pairs * freqs).flatten(3).type_as(x)
+
+
 class ComplexPadUnfold(nn.Module):
     """``view_as_complex``, then ``F.pad`` (zero or reflect) and ``unfold`` over time on the complex spectrum."""
 
@@ -400,9 +519,17 @@ class ComplexPadUnfold(nn.Module):
 # --- issue #39, 8: a length regulator looping over the batch --------------------------------------
 
 class BatchLengthRegulator(nn.Module):
-    """FastSpeech-style: each utterance expanded by its durations on its own, then padded."""
+    """FastSpeech-style: each utterance expanded by its durations on its own (iterating the batch, or its
+    ``unbind()``), then padded."""
+
+    def __init__(self, form="zip"):
+        super().__init__()
+        self.form = form
 
     def forward(self, x, durations):  # [B, T, D], [B, T] -> [B, max total duration, D]
         from torch.nn.utils.rnn import pad_sequence
+        if self.form == "unbind":
+            rows = zip(x.unbind(0), torch.unbind(durations))
+            return pad_sequence([h.repeat_interleave(d, dim=0) for h, d in rows], batch_first=True)
         return pad_sequence([torch.repeat_interleave(h, d, dim=0) for h, d in zip(x, durations)],
                             batch_first=True, padding_value=-1.0)

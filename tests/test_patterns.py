@@ -18,11 +18,15 @@ from onnx_compat.patches.checks import check_outcome
 from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
-from pattern_models import (BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, IntOrLengths, LengthsList, LengthsMask, NumpyDtype, TrimmedToLongest)
+from pattern_models import (BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, DivmodSize,
+                            BufferFlags, FrameSolve,
+                            Int32LengthsSquare, IntOrLengths, KernelSizedWindows, LengthsList, LengthsMask,
+                            NumpyDtype, RotaryQuery, TrimmedToLongest)
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
                             FramesFromStride, GlobalNorm, PadToStrideProduct, Scripted, SizeMath,
-                            SqueezeAll, StridedFrames, TracedNFFT, ValueBranch, ValueChecks, _assert_form,
-                            _branch_form, _negated_form, _raise_form)
+                            SqueezeAll, StridedFrames, TracedNFFT, ValueBranch, ValueChecks, ReportsRange,
+                            _assert_form, _branch_form, _negated_form, _raise_form, _report_else_form,
+                            _report_form)
 
 DYNAMO = "dynamo" in EXPORTERS
 needs_dynamo = pytest.mark.skipif(not DYNAMO, reason="the dynamo exporter is used from torch 2.13 on")
@@ -57,6 +61,8 @@ CASES = {
                 {"torchscript": "'NoneType' object is not subscriptable"}),
     "value_checks": (ValueChecks, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
                      {"dynamo": "data-dependent"}),
+    # torchfcpe (second sweep): a range check that only prints or warns
+    "value_reports": (ReportsRange, _btd, {0: {0: "b", 1: "t"}}, ("dynamo",), {"dynamo": "data-dependent"}),
     "complex_to": (lambda: ComplexCast("to"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
                    {"torchscript": "aten::fft_fft"}),
     "complex_type": (lambda: ComplexCast("type"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
@@ -110,6 +116,19 @@ def _padded_batch(B, T, g):
     return torch.randn(B, T, 8, generator=g), lengths
 
 
+def _btd6(B, T, g):
+    return (torch.randn(B, T, 6, generator=g),)
+
+
+def _signal_and_kernel(B, T, g):
+    return torch.randn(B, 3, T, generator=g), torch.randn(B, 5, generator=g)
+
+
+def _int32_lengths(B, T, g):
+    x, lengths = _padded_batch(B, T, g)
+    return x, lengths.int()
+
+
 def _durations(B, T, g):
     return torch.randn(B, T, 8, generator=g), torch.randint(0, 4, (B, T), generator=g)
 
@@ -124,14 +143,22 @@ LENGTHS_CASES = {
                             {"torchscript": "Split size 1 exceeds", "dynamo": "Got invalid dimensions"}),
     "longest_of_tolist": (lambda: LengthsMask("tolist"), _padded_batch, _LENGTHS_AXES, ("torchscript", "dynamo"),
                           {"torchscript": _BROADCAST, "dynamo": "Got invalid dimensions"}),
+    # int() of the maximum (inline; torch.max in a helper reached by global name): dynamo keeps it by itself
+    "longest_int_of_max": (lambda: LengthsMask("int_max"), _padded_batch, _LENGTHS_AXES, ("torchscript", "dynamo"),
+                           {"torchscript": _BROADCAST}),
+    "longest_int_in_helper": (lambda: LengthsMask("int_in_helper"), _padded_batch, _LENGTHS_AXES,
+                              ("torchscript", "dynamo"), {"torchscript": _BROADCAST}),
     # the traced maximum is dynamic by itself under TorchScript: the patch must leave it so
     "longest_torch_max": (lambda: LengthsMask("torch_max"), _padded_batch, _LENGTHS_AXES, ("torchscript",), {}),
     # the check stops the non-strict dynamo trace the other patches (constant_values) work in
     "size_checked_against_longest": (CheckedLengths, _padded_batch, _LENGTHS_AXES, ("dynamo",),
                                      {"dynamo": "data-dependent"}),
     # issue #39, 2: a complex buffer; F.pad and unfold of a complex spectrum (dynamo exports these by itself)
-    "complex_rotary_buffer": (ComplexBuffer, _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
+    # under dynamo, which exports them by itself, the patched pair met the complex buffer (patched < vanilla)
+    "complex_rotary_buffer": (ComplexBuffer, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
                               {"torchscript": "aten::view_as_complex"}),
+    "complex_rotary_query": (RotaryQuery, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
+                             {"torchscript": "aten::view_as_complex"}),
     "complex_pad_unfold": (lambda: ComplexPadUnfold("constant"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
                            {"torchscript": "aten::view_as_complex"}),
     "complex_reflect_pad_unfold": (lambda: ComplexPadUnfold("reflect"), _btd, {0: {0: "b", 1: "t"}},
@@ -139,19 +166,44 @@ LENGTHS_CASES = {
                                    {"torchscript": "aten::view_as_complex", "dynamo": "aten.pad.default"}),
     # issue #39, 8: a per-utterance repeat_interleave + pad_sequence looping over a dynamic batch
     "batch_loop_length_regulator": (BatchLengthRegulator, _durations, {0: {0: "b", 1: "t"}, 1: {0: "b", 1: "t"}},
-                                    ("dynamo",), {"dynamo": "pad_sequence"}),
+                                    ("torchscript", "dynamo"),
+                                    {"torchscript": "aten::pad_sequence", "dynamo": "pad_sequence"}),
+    # the loop TorchScript unrolls at the example's batch (pad_sequence alone patched): B=1 fails
+    "unrolled_batch_loop_regulator": (lambda: BatchLengthRegulator("unbind"), _durations,
+                                      {0: {0: "b", 1: "t"}, 1: {0: "b", 1: "t"}}, ("torchscript",),
+                                      {"torchscript": "Split size 1 exceeds"}),
     # issue #39, 5: a size traced as a 0-d tensor reaching torch.is_tensor(seq_len)
     "traced_size_is_int": (IntOrLengths, _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
                            {"torchscript": "too many indices for tensor of dimension 0"}),
+    # the same (pesto, second sweep): the size, an int again, split with divmod, which neither a traced size nor
+    # dynamo's symbolic one has
+    "traced_size_divmod": (DivmodSize, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
+                           {"torchscript": ("mismatch", "Reshape"), "dynamo": "for divmod(): 'SymInt' and 'int'"}),
+    # coqui's UnivNet (second sweep): unfold's window width a traced size (the kernel's shape)
+    "unfold_traced_width": (KernelSizedWindows, _signal_and_kernel, {0: {0: "b", 2: "t"}, 1: {0: "b"}},
+                            ("torchscript",), {"torchscript": "input size not accessible"}),
+    # speechtokenizer's and pesto's small buffers read as Python values (second sweep)
+    "buffer_read_as_value": (BufferFlags, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
+                             {"dynamo": "data-dependent"}),
+    # diffsptk's mel-cepstral analysis and LPC (second sweep): a small linear system solved per frame
+    "linalg_solve_per_frame": (lambda: FrameSolve("vector"), _btd6, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
+                               {"torchscript": "aten::linalg_solve", "dynamo": "_linalg_solve_ex"}),
+    "linalg_solve_two_sides": (lambda: FrameSolve("matrix"), _btd6, {0: {0: "b", 1: "t"}}, ("torchscript",),
+                               {"torchscript": "aten::linalg_solve"}),
+    # espnet's make_pad_mask (second sweep): int32 lengths size a ConstantOfShape that ONNX refuses to load
+    "int32_lengths_square": (Int32LengthsSquare, _int32_lengths, _LENGTHS_AXES, ("torchscript", "dynamo"),
+                             {"torchscript": "tensor(int32)"}),
     # issue #39, 6: .numpy() of a constant or a buffer only to read its dtype
     "numpy_dtype_of_constant": (lambda: NumpyDtype("constant"), _btd, {0: {0: "b", 1: "t"}}, ("dynamo",),
                                 {"dynamo": "not supported for tensor subclasses"}),
     "numpy_dtype_of_buffer": (lambda: NumpyDtype("buffer"), _btd, {0: {0: "b", 1: "t"}}, ("dynamo",),
                               {"dynamo": "not supported for tensor subclasses"}),
 }
+_ONE_PATCH_LEFT_OUT = {"size_": "padded_lengths", "unrolled_": "regulated_rows"}  # the failure is that patch's
 LENGTH_PATTERN_CASES = pattern_cases(
     LENGTHS_CASES, SIZES,
-    unpatched=lambda name: (lambda: onnx_compat.patched(exclude=["padded_lengths"])) if name.startswith("size_") else None)
+    unpatched=lambda name: next(((lambda p=p: onnx_compat.patched(exclude=[p]))
+                                 for prefix, p in _ONE_PATCH_LEFT_OUT.items() if name.startswith(prefix)), None))
 test_longest_length_export_matches_eager, test_vanilla_longest_length_fails_as_recorded = \
     patch_case_tests(LENGTH_PATTERN_CASES)
 
@@ -166,6 +218,33 @@ def _line_of(cls, text):
     import inspect
     lines, start = inspect.getsourcelines(cls)
     return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_the_unrolled_solve_pivots_as_lapack_does():
+    """Random systems (no diagonal dominance: pivoting needed, zero leading entries too), one and several
+    right-hand sides, broadcast batches: the same solutions as torch.linalg.solve."""
+    from onnx_compat.patches.linalg import solve
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(40, 7, 7, generator=g, dtype=torch.float64)
+    A[:, 0, 0] = 0.0
+    for B in (torch.randn(40, 7, generator=g, dtype=torch.float64), torch.randn(7, 3, generator=g, dtype=torch.float64),
+              torch.randn(5, 40, 7, 2, generator=g, dtype=torch.float64)):
+        expected = torch.linalg.solve(A, B)
+        assert solve(A, B).shape == expected.shape
+        torch.testing.assert_close(solve(A, B), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_int_calls_are_the_models_own_again_after_the_export():
+    """The TorchScript export points the model's int() calls elsewhere while it traces; afterwards the code
+    objects and module globals are what they were, and int() loads that are not calls were never touched."""
+    import pattern_models
+    from onnx_compat.patches.int_calls import NAME
+    codes = (LengthsMask.body.__code__, pattern_models._pad_mask.__code__)
+    with onnx_compat.patched():
+        export(LengthsMask("int_in_helper"), _padded_batch(2, 37, torch.Generator().manual_seed(0)), "torchscript",
+               _LENGTHS_AXES)
+    assert (LengthsMask.body.__code__, pattern_models._pad_mask.__code__) == codes
+    assert codes[1] is pattern_models._pad_mask.__code__ and NAME not in vars(pattern_models)
 
 
 def test_an_example_shorter_than_its_padding_is_refused_naming_the_line():
@@ -206,7 +285,7 @@ def _first_jump_offset(fn):
 
 
 @pytest.mark.parametrize("fn,outcome", [(_assert_form, True), (_raise_form, False), (_negated_form, True),
-                                        (_branch_form, None)])
+                                        (_branch_form, None), (_report_form, False), (_report_else_form, None)])
 def test_the_non_raising_branch_is_read_from_bytecode(fn, outcome):
     assert check_outcome(fn.__code__, _first_jump_offset(fn)) is outcome
 
@@ -230,12 +309,18 @@ class BatchLoop(nn.Module):
     def forward(self, x, durations):
         if self.form == "zip":
             return torch.stack([torch.repeat_interleave(h, d, dim=0).sum(0) for h, d in zip(x, durations)])
+        if self.form == "fixed_chunks":  # fixed-size chunks of the whole time dim, each through f, then cat
+            out = []
+            for i in range(0, x.size(1), 4):
+                out.append(torch.tanh(x[:, i:i + 4]))
+            return torch.cat(out, 1)
         offsets = range(0, x.shape[1] - 4, 3)  # chunk offsets over time
         return torch.stack([x[:, o:o + 4].mean(1) for o in offsets], 1)
 
 
 @needs_dynamo
-@pytest.mark.parametrize("form,dim", [("zip", "Tensor.sum of one row of a batch"), ("chunks", "range()")])
+@pytest.mark.parametrize("form,dim", [("zip", "Tensor.sum of one row of a batch"), ("chunks", "range()"),
+                                      ("fixed_chunks", "range()")])
 def test_a_loop_over_a_dynamic_dim_names_its_line_and_dim(form, dim):
     x, d = torch.randn(2, 13, 4), torch.randint(0, 3, (2, 13))
     with onnx_compat.patched(), pytest.raises(Exception) as raised:

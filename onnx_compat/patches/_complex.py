@@ -112,12 +112,27 @@ def op(*names: str):
     return register
 
 
+def _dynamo_exporting() -> bool:
+    from onnx_compat.patches.when import dynamo_exporting
+    return dynamo_exporting()
+
+
+def _graph_parts(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A complex tensor the dynamo exporter traces by itself (a complex buffer: rotary frequencies made with
+    ``torch.polar`` in ``__init__``) meeting a pair: its parts through ``view_as_real``, which the exporter
+    writes (``x.real``/``x.imag`` of a traced buffer fail to decompose, measured on torch 2.13)."""
+    parts = torch.view_as_real(x)
+    return parts[..., 0], parts[..., 1]
+
+
 def _parts(x) -> Tuple[object, Optional[object]]:
     """``(real, imag)`` of an operand; imag None when it is real."""
     if isinstance(x, ComplexPair):
         return x.real, x.imag
     if isinstance(x, complex):
         return x.real, x.imag
+    if isinstance(x, torch.Tensor) and x.is_complex() and _dynamo_exporting():
+        return _graph_parts(x)
     if isinstance(x, torch.Tensor) and x.is_complex():
         raise unsupported("a complex torch tensor operand",
                           "only complex values made by the patched calls (stft, fft, polar, complex, "

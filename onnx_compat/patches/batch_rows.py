@@ -15,14 +15,34 @@ first exceeds it, frames past an utterance's total are padding, and the
 length is the longest total (computed in the graph). ``pad_sequence`` of the
 one row gives that padded batch. Anything else done with a row raises the
 loop refusal naming the line, as before.
+
+The TorchScript exporter unrolls the loop at the example's batch (at B=1 ONNX
+Runtime fails: "Split ... Cannot split using values in 'split'"), and nothing
+tells it the batch is dynamic, so nothing can be refused: the rows are traced
+as they come and remembered (``remember_rows``: row i of which tensor), and so
+is ``repeat_interleave`` of row i by row i of durations. When ``pad_sequence``
+then gets exactly those, one per row of the whole batch in order, it returns
+the batched regulation above instead; the unrolled rows feed nothing and the
+exporter drops them. Any other use of the rows leaves the unrolled trace as it
+was.
 """
 from __future__ import annotations
 
-from typing import Optional
+import weakref
+from typing import Dict, Optional, Tuple
 
 import torch
 
+from onnx_compat.patches.registry import Patch, register
+from ._calls import tensor_call
 from ._warning_site import model_frame
+from .when import torchscript_exporting
+
+# id(a row of a loop unrolled by TorchScript) -> (the row, the tensor it is a row of, its index, rows in all);
+# weak references only, so nothing outlives the trace
+_rows: Dict[int, Tuple[weakref.ref, weakref.ref, int, int]] = {}
+# id(repeat_interleave of row i by row i of durations) -> (that result, the batch, the durations, i, rows)
+_regulated: Dict[int, Tuple[weakref.ref, weakref.ref, weakref.ref, int, int]] = {}
 
 
 class BatchRow:
@@ -70,8 +90,11 @@ def _regulate(row, repeats=None, dim=None, *, output_size=None):
     x, durations = row.batch, repeats.batch.to(torch.int64)  # [B, T, ...], [B, T]
     ends = durations.cumsum(1)
     totals = ends[:, -1]
-    longest = totals.max().item()
-    torch._check(longest >= 0)
+    if torchscript_exporting():
+        longest = totals.max()  # a traced 0-d tensor sizes arange; item() would bake the example's number
+    else:
+        longest = totals.max().item()
+        torch._check(longest >= 0)
     frames = torch.arange(longest, device=x.device)
     source = (ends[:, :, None] <= frames[None, None, :]).sum(1).clamp(max=x.shape[1] - 1)  # [B, L]
     gathered = torch.gather(x, 1, source.reshape(*source.shape, *([1] * (x.dim() - 2))).expand(
@@ -88,3 +111,66 @@ def pad_rows(row: BatchRow, batch_first: bool, padding_value) -> torch.Tensor:
         valid = valid.reshape(*valid.shape, *([1] * (row.batch.dim() - 2)))
         padded = torch.where(valid, row.batch, torch.full_like(row.batch, padding_value))
     return padded if batch_first else padded.transpose(0, 1)
+
+
+# --- TorchScript: the unrolled loop's rows, recognised when pad_sequence gets them ------------------------
+
+def remember_rows(batch: torch.Tensor, rows):
+    """``rows`` (``batch.unbind(0)`` of a Python loop, unrolled by TorchScript), each remembered as row i."""
+    if len(_rows) > 4096:
+        _forget_dead()
+    for i, row in enumerate(rows):
+        _rows[id(row)] = (weakref.ref(row), weakref.ref(batch), i, len(rows))
+    return rows
+
+
+def _forget_dead():
+    for table in (_rows, _regulated):
+        for key in [k for k, v in table.items() if v[0]() is None]:
+            del table[key]
+
+
+def _row(tensor):
+    hit = _rows.get(id(tensor)) if isinstance(tensor, torch.Tensor) else None
+    return hit if hit is not None and hit[0]() is tensor else None
+
+
+def _repeat_interleave(wrapped, instance, args, kwargs):
+    """Traced as it is; the result remembered when it expands row i by row i of durations along dim 0."""
+    out = wrapped(*args, **kwargs)
+    b = tensor_call(instance, args, kwargs, ("input", "repeats", "dim", "output_size"),
+                    {"dim": None, "output_size": None})
+    if b is None or not _rows:
+        return out
+    row, repeats = _row(b["input"]), _row(b["repeats"])
+    if row is not None and repeats is not None and b["input"].dim() >= 1 and b["dim"] in (0, -b["input"].dim()) \
+            and row[2:] == repeats[2:]:
+        _regulated[id(out)] = (weakref.ref(out), row[1], repeats[1], row[2], row[3])
+    return out
+
+
+def lifted_rows(sequences) -> Optional[BatchRow]:
+    """The batched regulation of a whole unrolled loop when ``sequences`` are its rows' ``repeat_interleave``
+    results, one per row in order, of one batch by one durations tensor; else None."""
+    hits = [_regulated.get(id(s)) for s in sequences]
+    if not hits or any(h is None or h[0]() is not s for h, s in zip(hits, sequences)):
+        return None
+    _, batch, durations, _, count = hits[0]
+    if [h[3] for h in hits] != list(range(count)) or any(h[1] is not batch or h[2] is not durations for h in hits):
+        return None
+    batch, durations = batch(), durations()
+    if batch is None or durations is None or batch.shape[0] != count:
+        return None
+    return _regulate(BatchRow(batch), BatchRow(durations), 0)
+
+
+register(Patch(
+    name="regulated_rows",
+    description="a length regulator's loop over the batch (repeat_interleave per row, then pad_sequence), which "
+                "TorchScript unrolls at the example's batch, is traced as batched graph ops",
+    targets=("torch:repeat_interleave", "torch:Tensor.repeat_interleave"),
+    wrapper=_repeat_interleave,
+    when="torchscript",
+    aliases=False,
+    requires=("dynamic_loops", "pad_sequence"),
+))

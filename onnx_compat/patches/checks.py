@@ -14,8 +14,11 @@ exporter traces, a data-dependent ``bool()`` is looked up in the calling
 code: when one of its two branches does nothing but raise, it is a check; the
 other branch is taken and the condition recorded with ``torch._assert_async``
 (kept in the exported program; ``torch.onnx`` drops assertion nodes, as ONNX
-has no operator that fails on a value). Any other data-dependent branch is
-real control flow and still fails, with the source line named.
+has no operator that fails on a value). A branch that only prints, warns or
+logs (``if torch.min(y) < -1.: print(...)``, torchfcpe's range report in the
+second sweep) changes no output: it is skipped, nothing asserted. Any other
+data-dependent branch is real control flow and still fails, with the source
+line named.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ _JUMP_IF = {f"POP_JUMP{kind}_IF_{v}": v == "TRUE" for kind in ("", "_FORWARD", "
 _ENDS = ("JUMP", "POP_JUMP", "RETURN", "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_ATTR",
          "DELETE_SUBSCR", "FOR_ITER", "YIELD", "SEND", "RERAISE")
 _LOOKAHEAD = 64  # instructions a raising branch may take to build its exception
+_REPORTS = {"print", "warn", "warning", "info", "debug", "error", "exception", "critical", "log"}
 
 
 _depth = threading.local()
@@ -50,7 +54,7 @@ class DataDependentBranch(RuntimeError):
 
     def __init__(self, where: str, cause: BaseException) -> None:
         super().__init__(f"{where}: the model branches on a tensor's value here, which the dynamo exporter "
-                         f"cannot trace (only checks whose failing branch just raises are dropped): {cause}")
+                         f"cannot trace (only checks whose failing branch just raises or reports are dropped): {cause}")
         self.where = where
 
 
@@ -70,9 +74,21 @@ def _raises(listed, start: int) -> bool:
     return False
 
 
-def check_outcome(code, offset: int) -> Optional[bool]:
-    """The truth value that avoids the raising branch of the conditional jump at ``offset``, or None
-    when that instruction is no such check (another use of ``bool``, or neither branch just raises)."""
+def _only_reports(listed, start: int, end: int) -> bool:
+    """``listed[start:end]`` is one or more statements that only print, warn or log (``if y.min() < -1:
+    print(...)``), then go on where the other branch goes."""
+    block = listed[start:end]
+    if not block or block[-1].opname != "POP_TOP" or len(block) > _LOOKAHEAD:
+        return False
+    if any(ins.opname.startswith(_ENDS + ("STORE_", "DELETE_", "RAISE", "IMPORT")) for ins in block):
+        return False
+    return any(ins.argval in _REPORTS for ins in block
+               if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_METHOD"))
+
+
+def _branches(code, offset: int):
+    """(the jump's listed instructions, index of its fall-through, index of its target, whether it jumps when
+    the value is True) for the conditional jump at ``offset``, or None."""
     listed, index = _instructions(code)
     i = index.get(offset)
     if i is None:
@@ -82,12 +98,29 @@ def check_outcome(code, offset: int) -> Optional[bool]:
     jump = listed[i]
     if jump.opname not in _JUMP_IF or jump.argval not in index:
         return None
-    jumps_when = _JUMP_IF[jump.opname]
-    falls_through_raises = _raises(listed, i + 1)
-    target_raises = _raises(listed, index[jump.argval])
-    if falls_through_raises == target_raises:
+    return listed, i + 1, index[jump.argval], _JUMP_IF[jump.opname]
+
+
+def check_outcome(code, offset: int) -> Optional[bool]:
+    """The truth value that avoids the raising (or only reporting) branch of the conditional jump at
+    ``offset``, or None when that instruction is no such check (another use of ``bool``, or neither branch
+    just raises or reports)."""
+    found = _branches(code, offset)
+    if found is None:
         return None
+    listed, through, target, jumps_when = found
+    falls_through_raises = _raises(listed, through)
+    target_raises = _raises(listed, target)
+    if falls_through_raises == target_raises:
+        return jumps_when if not falls_through_raises and reports_only(code, offset) else None
     return jumps_when if falls_through_raises else not jumps_when
+
+
+def reports_only(code, offset: int) -> bool:
+    """The branch the conditional jump at ``offset`` skips only prints, warns or logs: a range check that
+    reports (torchfcpe's ``if torch.min(y) < -1.: print(...)``), which changes no output."""
+    found = _branches(code, offset)
+    return found is not None and found[2] > found[1] and _only_reports(found[0], found[1], found[2])
 
 
 def _caller():
@@ -119,6 +152,10 @@ def _traced_bool(wrapped, args, kwargs):
 def _symbolic_bool(wrapped, instance, args, kwargs):
     """Torch function modes (the exporter's) call ``bool()`` again from inside: only the outermost
     call, whose caller is the model's code, decides."""
+    from .constants import known_values  # a buffer or constant whose values are known (constants.py)
+    values = known_values(instance)
+    if values is not None and values.size == 1:
+        return bool(values.reshape(()))
     _depth.value = getattr(_depth, "value", 0) + 1
     try:
         return wrapped(*args, **kwargs)
@@ -146,6 +183,8 @@ def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:
     outcome = check_outcome(frame.f_code, frame.f_lasti)
     if outcome is None:
         raise DataDependentBranch(where, exc) from exc
+    if reports_only(frame.f_code, frame.f_lasti):  # eager goes on either way: nothing to assert
+        return outcome
     holds = instance if instance.dtype == torch.bool else instance != 0
     torch._assert_async(holds if outcome else ~holds, f"value check at {where} failed")
     return outcome

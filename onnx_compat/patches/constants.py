@@ -26,6 +26,7 @@ shape a ``DtypeOnly`` that answers dtype and shape and refuses its values.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Dict, Optional, Tuple
 
@@ -213,7 +214,8 @@ register(Patch(
     # type a sequence (CPython fills sq_item, which TensorBase lacks), and the TorchScript exporter then
     # fails on "len() of a 0-d tensor" in every later export of the process
     targets=("torch:arange", "torch:tensor", "torch:as_tensor", "torch:from_numpy",
-             "torch:Tensor.long", "torch:Tensor.int", "torch:Tensor.tolist", "torch:Tensor.item",
+             "torch:Tensor.long", "torch:Tensor.int", "torch:Tensor.cpu", "torch:Tensor.float",
+             "torch:Tensor.tolist", "torch:Tensor.item",
              "torch:Tensor.__int__", "torch:Tensor.__index__", "torch:Tensor.__float__", "torch:Tensor.numpy",
              # the tensors the dynamo exporter traces with have their own tolist
              "torch._subclasses.fake_tensor:FakeTensor.tolist",
@@ -225,4 +227,58 @@ register(Patch(
     wrapper=_constants,
     when="export",
     aliases=False,
+))
+
+
+# --- buffers read back as numbers (second sweep) --------------------------------------------------------------
+# A model reads a small buffer as a Python value: speechtokenizer's codebook ``if self.inited:``, pesto's
+# ``round(self.shift.cpu().item() * bins)``. The TorchScript exporter reads the buffer's value (right: the
+# buffer is a constant of the graph); the non-strict dynamo exporter swaps every buffer for a fake tensor
+# (``torch.nn.utils.stateless._reparametrize_module``), so the read stops the export ("Could not guard on
+# data-dependent expression", measured on torch 2.13). When that swap happens, each small buffer's values
+# (up to 4096) are kept beside the fake that replaces it, and the readers above (and ``bool()``, see
+# ``checks.py``) return them: the graph holds what the TorchScript exporter would.
+
+
+def _real(tensor) -> bool:
+    return type(tensor) in (torch.Tensor, torch.nn.Parameter)
+
+
+def _values_of(tensor: torch.Tensor):
+    """A real CPU tensor's values, read outside the exporter's fake mode and torch function handler (both
+    already active when the buffers are swapped)."""
+    if tensor.device.type != "cpu" or tensor.requires_grad:
+        return None
+    unset_fake = getattr(torch._subclasses.fake_tensor, "unset_fake_temporarily", contextlib.nullcontext)
+    try:
+        with unset_fake(), torch._C.DisableTorchFunction():
+            return tensor.detach().numpy().copy()
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _buffer_values(wrapped, instance, args, kwargs):
+    module = args[0] if args else kwargs.get("module")
+    replacements = args[1] if len(args) > 1 else kwargs.get("parameters_and_buffers", {})
+    if isinstance(module, torch.nn.Module) and isinstance(replacements, dict):
+        buffers = dict(module.named_buffers(remove_duplicate=False))
+        for name, new in replacements.items():
+            old = buffers.get(name)
+            if old is None or not isinstance(new, torch.Tensor) or old.numel() > _MAX_VALUES or old.is_complex():
+                continue
+            values = _values_of(old) if _real(old) else known_values(old)
+            if values is not None:
+                _remember(new, values)
+    return wrapped(*args, **kwargs)
+
+
+register(Patch(
+    name="buffer_values",
+    description="a small buffer read back as a number (if self.inited:, self.shift.item()) gives its value while "
+                "the dynamo exporter traces, as under TorchScript",
+    targets=("torch.nn.utils.stateless:_reparametrize_module",),
+    wrapper=_buffer_values,
+    when="always",  # the swap comes before the exporter says it is exporting; it only records values
+    aliases=False,
+    requires=("constant_values",),
 ))

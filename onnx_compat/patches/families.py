@@ -25,3 +25,6 @@ from onnx_compat.patches import loops  # noqa: F401
 from onnx_compat.patches import constants  # noqa: F401
 from onnx_compat.patches import shape_libraries  # noqa: F401
 from onnx_compat.patches import lengths  # noqa: F401
+from onnx_compat.patches import int_calls  # noqa: F401
+from onnx_compat.patches import int_types  # noqa: F401
+from onnx_compat.patches import linalg  # noqa: F401

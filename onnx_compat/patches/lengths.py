@@ -24,8 +24,9 @@ keep the convention: under TorchScript an example whose longest length is
 shorter than the padded dim is refused, naming the line that read it. A
 ``lengths.tolist()`` read otherwise (a list as long as a dynamic batch) is
 refused under dynamo, naming the line. ``int()`` of the maximum must return a
-Python int: under TorchScript it stays baked (the pipeline names the line);
-under dynamo torch's own strict retry keeps ``int(lengths.max())`` symbolic.
+Python int: under TorchScript the model's ``int`` calls are pointed at one that
+keeps the traced size while it traces (``int_calls.py``); under dynamo torch's
+own strict retry keeps ``int(lengths.max())`` symbolic.
 """
 from __future__ import annotations
 
@@ -175,6 +176,15 @@ def read(wrapped, instance, args, kwargs):
     if hit is None or hit[0]() is not instance or args or kwargs:
         return None
     return hit[1]
+
+
+def padded_size_of(tensor: torch.Tensor):
+    """The padded size a maximum read as the padded dim stands for (``int_calls``: ``int()`` of it), also when
+    handed that size itself (``int(lengths.max().item())``); None for any other tensor."""
+    hit = _padded.get(id(tensor))
+    if hit is not None and hit[0]() is tensor:
+        return hit[1]
+    return tensor if any(size is tensor for _, size in _padded.values()) else None
 
 
 def _padded_lengths(wrapped, instance, args, kwargs):

@@ -17,7 +17,9 @@ is clear. Torch's own code is left alone. One loop is lifted instead of
 refused: iterating over a dynamic batch gives one row standing for every row
 (``batch_rows.py``), which a length regulator's ``repeat_interleave`` and
 ``pad_sequence`` take as batched graph ops; anything else done with it is
-refused naming the line.
+refused naming the line. Under TorchScript the loop is unrolled as before and
+its rows remembered: a length regulator's rows padded by ``pad_sequence`` are
+lifted the same way (``batch_rows.py``).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
-from .batch_rows import BatchRow
+from .batch_rows import BatchRow, remember_rows
+from .when import torchscript_exporting
 
 _SymInt = getattr(torch, "SymInt", None)
 
@@ -72,6 +75,9 @@ def _unbind(wrapped, instance, args, kwargs):
     ("Iterating over a tensor ...") from the model's line to the wrapper's."""
     b = tensor_call(instance, args, kwargs, ("input", "dim"), {"dim": 0})
     x = None if b is None else b["input"]
+    if torchscript_exporting():  # the loop is unrolled; its rows are remembered for a length regulator
+        rows = wrapped(*args, **kwargs)
+        return remember_rows(x, rows) if isinstance(x, torch.Tensor) and b["dim"] == 0 else rows
     frame = _model_frame()
     if frame is not None and isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and x.dim() > 0:
         size = x.shape[b["dim"]]
@@ -153,7 +159,7 @@ register(Patch(
                 "error naming the source line and the dim under dynamo, instead of a specialised graph",
     targets=("torch:unbind", "torch:Tensor.unbind") + (("torch:SymInt.__index__",) if _SymInt is not None else ()),
     wrapper=_loop_use,
-    when="dynamo",
+    when="export",  # under TorchScript only to remember the rows of a loop (batch_rows.py)
     aliases=False,
     requires=("onnx_translations",),
 ))

@@ -65,6 +65,9 @@ def _from_sizes(value, depth: int = 0) -> bool:
     return bool(inputs) and all(_from_sizes(v, depth + 1) for v in inputs)
 
 
+_SymInt = getattr(torch, "SymInt", None)
+
+
 def traced_size(obj) -> bool:
     """A 0-d integer tensor the TorchScript tracer made from sizes (``x.shape[1]``, ``x.shape[1] // 4``)."""
     if not isinstance(obj, torch.Tensor) or obj.dim() != 0 or obj.is_floating_point() or obj.is_complex():
@@ -76,17 +79,45 @@ def traced_size(obj) -> bool:
     return value is not None and _from_sizes(value)
 
 
+#
+# Answered False, the size then meets what the model does with an int. Arithmetic and comparisons work on the
+# 0-d tensor, ``divmod`` does not (pesto's ``if torch.is_tensor(num_bins): num_bins = num_bins.item()``
+# then ``bps, r = divmod(num_bins, 128)``: "unsupported operand type(s) for divmod(): 'Tensor' and 'int'",
+# measured on torch 2.13 in the second sweep): while TorchScript traces, ``divmod`` with a traced size is
+# ``(a // b, a % b)``, Python's floor division and remainder, which torch's ``//`` and ``%`` compute alike,
+# kept in the graph. The dynamo exporter's symbolic sizes lack it too ("unsupported operand type(s) for
+# divmod(): 'SymInt' and 'int'"): the same there.
+
+
 def _is_tensor(wrapped, instance, args, kwargs):
     if len(args) == 1 and not kwargs and traced_size(args[0]):
         return False
     return wrapped(*args, **kwargs)
 
 
+def _size(value) -> bool:
+    return traced_size(value) or (_SymInt is not None and isinstance(value, _SymInt))
+
+
+def _divmod(wrapped, instance, args, kwargs):
+    if len(args) == 2 and not kwargs and any(_size(a) for a in args) \
+            and all(_size(a) or isinstance(a, int) for a in args):
+        a, b = args
+        return a // b, a % b
+    return wrapped(*args, **kwargs)
+
+
+def _size_as_int(wrapped, instance, args, kwargs):
+    return (_divmod if wrapped.__name__ == "divmod" else _is_tensor)(wrapped, instance, args, kwargs)
+
+
 register(Patch(
     name="traced_size_is_int",
-    description="torch.is_tensor of a size traced by TorchScript (x.shape[1]) answers False, as in eager, so "
-                "an int-or-lengths helper takes its int branch",
-    targets=("torch:is_tensor",),
-    wrapper=_is_tensor,
-    when="torchscript",
+    description="a size traced by TorchScript (x.shape[1]) acts as the int it is in eager: torch.is_tensor of it "
+                "answers False (an int-or-lengths helper takes its int branch); divmod of it (or of dynamo's symbolic "
+                "size) works",
+    targets=("torch:is_tensor", "builtins:divmod"),
+    wrapper=_size_as_int,
+    when="export",  # is_tensor: only a TorchScript trace has traced sizes; divmod: both exporters' sizes
+    aliases=False,
 ))

@@ -297,9 +297,9 @@ register(Patch(
 # pair and the buffer a complex tensor, which the pair refused ("only complex values made by the patched calls
 # can be used"; vanilla TorchScript: "Unknown number type: complex"). While TorchScript traces, a complex
 # tensor read as a module attribute is handed over as a pair of real constants, made outside the trace.
-# Under dynamo, which exports this model by itself, the patched export still fails (the non-strict trace reads
-# buffers without Module.__getattr__, and the buffer's parts taken in the graph fail to decompose): issue #39's
-# pattern 7, open.
+# Under dynamo, which exports this model by itself, the non-strict trace reads buffers without
+# Module.__getattr__: the complex tensor meets the pair in its arithmetic, which takes the tensor's parts in
+# the graph (``_complex._graph_parts``).
 
 
 def _complex_attribute(wrapped, instance, args, kwargs):

@@ -5,8 +5,11 @@ operator Unfold, input size not accessible") and fails when the dim is
 dynamic. Framing, local attention and overlap-add code use it on the time
 axis. Written as a gather: window ``i`` takes positions ``i * step + [0,
 size)``; the number of windows, ``(L - size) // step + 1``, is computed from
-the runtime length. The dynamo exporter handles ``unfold`` itself, so this
-acts under the TorchScript exporter only.
+the runtime length. The window size and step may be sizes the tracer made
+0-d tensors (coqui's UnivNet: ``x.unfold(4, kernel_size, 1)`` with
+``kernel_size`` read from ``kernel.shape``; the exporter then fails the same
+way, measured on torch 2.13 in the second sweep). The dynamo exporter handles
+``unfold`` itself, so this acts under the TorchScript exporter only.
 """
 from __future__ import annotations
 
@@ -28,12 +31,20 @@ def unfold(x: torch.Tensor, dimension: int, size: int, step: int) -> torch.Tenso
     return windows.movedim(last, dim)
 
 
+def _traced_int(value) -> bool:
+    """A size the tracer made a 0-d integer tensor (``kernel.shape[3]``), which ``unfold`` takes as an int."""
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() \
+        and not value.is_complex() and value.dtype != torch.bool
+
+
 def _unfold(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input", "dimension", "size", "step"))
     if b is None or b["input"].dim() == 0:
         return wrapped(*args, **kwargs)
     x, size, step = b["input"], b["size"], b["step"]
-    if not (isinstance(size, int) and isinstance(step, int)) or step <= 0 or size < 0:
+    if not all(isinstance(v, int) or _traced_int(v) for v in (size, step)):
+        return wrapped(*args, **kwargs)
+    if (isinstance(step, int) and step <= 0) or (isinstance(size, int) and size < 0):
         return wrapped(*args, **kwargs)  # PyTorch's own error
     return unfold(x, b["dimension"], size, step)
 

@@ -71,9 +71,26 @@ def _mixed(node, types) -> List[int]:
     return [i for i, t in typed.items() if t == TensorProto.INT32]
 
 
-def repair_int_types(proto: onnx.ModelProto, max_rounds: int = 20) -> Tuple[onnx.ModelProto, List[str]]:
+REPAIRED_WHILE_EXPORTING = "onnx_compat_patched_repair_"  # the casts' names when patched() made them
+
+
+def repaired_while_exporting(proto: onnx.ModelProto) -> List[str]:
+    """The casts ``patched()`` already made in a TorchScript export (``patches/int_types.py``), said as the
+    repair says its own, so a report lists them."""
+    consumers = {name: node for node in proto.graph.node for name in node.input}
+    out = []
+    for node in proto.graph.node:
+        if node.op_type == "Cast" and node.name.startswith(REPAIRED_WHILE_EXPORTING):
+            user = consumers.get(node.output[0])
+            where = f"{user.op_type} {user.name or user.output[0]!r}" if user is not None else "unused"
+            out.append(f"{where}: input {node.input[0]!r} int32 -> int64 (while exporting)")
+    return out
+
+
+def repair_int_types(proto: onnx.ModelProto, max_rounds: int = 20,
+                     prefix: str = "onnx_compat_repair_") -> Tuple[onnx.ModelProto, List[str]]:
     """``proto`` with int32 inputs of mixed-type ops cast to int64 (a copy; ``proto``
-    itself when there is nothing to cast), and what was cast.
+    itself when there is nothing to cast), and what was cast; the casts are named ``prefix`` and a number.
 
     Rounds repeat because a repaired node's output type becomes known only then.
     """
@@ -91,7 +108,7 @@ def repair_int_types(proto: onnx.ModelProto, max_rounds: int = 20) -> Tuple[onnx
                 source = node.input[i]
                 cast_name = f"{source}_as_int64_{k}_{i}"
                 nodes.append(helper.make_node("Cast", [source], [cast_name], to=TensorProto.INT64,
-                                              name=f"onnx_compat_repair_{len(done)}"))
+                                              name=f"{prefix}{len(done)}"))
                 node.input[i] = cast_name
                 done.append(f"{node.op_type} {node.name or node.output[0]!r}: input {source!r} int32 -> int64")
                 changed = True

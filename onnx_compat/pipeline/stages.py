@@ -25,7 +25,7 @@ from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
 from onnx_compat.pipeline import capture, dims, first_cause, releases
 from onnx_compat.pipeline.files import content_hash, write_atomically
-from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.pipeline.repair import repair_int_types, repaired_while_exporting
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
@@ -58,6 +58,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     record.acted, record.assumed = list(captured.acted), list(captured.assumed)
     _check_opset(proto, asked, strategy.name)
     proto, record.repairs = repair_int_types(proto)
+    record.repairs[:0] = repaired_while_exporting(proto)  # patched() casts a TorchScript graph's sizes itself
     record.openvino, kept = fix_for_openvino(proto)  # ONNX Runtime's outputs unchanged; OpenVINO's right
     record.openvino += [f"left as it was: {k}" for k in kept]
     record.repairs += [c for c in [releases.fit(proto, request.target)] if c]

@@ -1,0 +1,182 @@
+"""``int()`` of the longest length, kept a traced size while the TorchScript exporter traces.
+
+``padded_lengths`` (``lengths.py``) reads the maximum of a declared lengths
+input as the padded dim: ``lengths.max().item()`` then gives the traced size
+(a 0-d tensor) and the mask ``arange(n) < lengths[:, None]`` follows the
+input's time size. ``int(lengths.max())`` (and ``int(torch.max(lengths))``)
+cannot: Python's ``int()`` makes an exact int of whatever ``__int__`` returns,
+so the tracer records the example's longest length as a constant and ONNX
+Runtime fails to broadcast at another length (measured on torch 2.13; the
+dynamo exporter keeps it symbolic by itself).
+
+So before the TorchScript exporter traces, the model's own code (the methods
+of its modules' classes, the functions they call by global name, and the
+lambdas and comprehensions inside them) has each call of the builtin ``int``
+pointed at ``int_of`` instead, by swapping one name in a copy of the
+function's code object. ``int_of`` returns the traced size for a maximum that
+``padded_lengths`` read as the padded dim and is ``int()`` for everything
+else, so no other call changes. The original code objects are back when the
+trace ends. Torch's, numpy's and onnx_compat's own code is never touched, nor
+``isinstance(x, int)`` (a load of ``int`` that is not called).
+"""
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from typing import Dict, List, Optional, Set
+
+import torch
+
+from onnx_compat.patches.registry import Patch, register
+
+NAME = "__onnx_compat_int__"
+_LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_CALLED_LOAD = sys.version_info >= (3, 11)  # LOAD_GLOBAL's low bit says the name is loaded to be called
+_LIBRARIES = {"torch", "onnx_compat", "numpy", "builtins", "functools", "typing", "collections", "contextlib",
+              "warnings", "math", "abc", "enum", "dataclasses", "inspect", "copy", "wrapt", "onnx", "onnxruntime"}
+
+
+def int_of(value, *args, **kwargs):
+    """``int(value)``, except for the longest of a declared lengths input read as the padded dim, which stays
+    the traced size (as its ``item()`` does)."""
+    if not args and not kwargs and isinstance(value, torch.Tensor):
+        from .lengths import padded_size_of
+        size = padded_size_of(value)
+        if size is not None:
+            return size
+    return int(value, *args, **kwargs)
+
+
+def _rewritten(code: types.CodeType, cache: Dict[types.CodeType, types.CodeType]) -> types.CodeType:
+    """``code`` with every called ``int`` loaded as ``NAME`` (nested code objects too); ``code`` itself when it
+    has none."""
+    if code in cache:
+        return cache[code]
+    consts = tuple(_rewritten(c, cache) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    out = code if consts == code.co_consts else code.replace(co_consts=consts)
+    sites = [i for i in dis.get_instructions(code) if i.opcode == _LOAD_GLOBAL and i.argval == "int"
+             and i.arg & 1] if _CALLED_LOAD and "int" in code.co_names else []
+    if sites:
+        names = code.co_names + ((NAME,) if NAME not in code.co_names else ())
+        raw = bytearray(out.co_code)
+        changed = [_point_at(raw, site, names.index(NAME)) for site in sites]
+        if any(changed):
+            out = out.replace(co_code=bytes(raw), co_names=names)
+    cache[code] = out
+    return out
+
+
+def _point_at(raw: bytearray, site, index: int) -> bool:
+    """Sets the LOAD_GLOBAL at ``site`` to load name ``index`` (keeping its called bit) when the new argument
+    fits the bytes the old one had (its EXTENDED_ARG prefixes)."""
+    prefixes, at = 0, site.offset - 2
+    while at >= 0 and raw[at] == _EXTENDED_ARG:
+        prefixes, at = prefixes + 1, at - 2
+    arg = (index << 1) | 1
+    if arg >= 1 << (8 * (prefixes + 1)):
+        return False
+    for k in range(prefixes + 1):
+        raw[site.offset + 1 - 2 * k] = (arg >> (8 * k)) & 0xFF
+    return True
+
+
+def _is_library(fn) -> bool:
+    return getattr(fn, "__globals__", {}).get("__name__", "").split(".")[0] in _LIBRARIES
+
+
+def _functions_of(root) -> List[types.FunctionType]:
+    """The Python functions the model's forward may run: its modules' classes' methods and, three calls deep,
+    the functions and classes they reach by global name (``helper(...)``, ``utils.helper(...)``)."""
+    start = []
+    modules = root.modules() if isinstance(root, torch.nn.Module) else ()
+    for cls in {type(m) for m in modules} | ({type(root)} if not isinstance(root, torch.nn.Module) else set()):
+        for klass in cls.__mro__:
+            start += [_function(v) for v in vars(klass).values()]
+    if isinstance(root, types.FunctionType):
+        start.append(root)
+    seen: Set[int] = set()
+    found, frontier = [], [f for f in start if f is not None]
+    for _ in range(4):
+        following = []
+        for fn in frontier:
+            if id(fn) in seen or _is_library(fn):
+                continue
+            seen.add(id(fn))
+            found.append(fn)
+            following += _reached(fn)
+        frontier = following
+    return found
+
+
+def _function(value) -> Optional[types.FunctionType]:
+    value = getattr(value, "__func__", value)  # staticmethod, classmethod
+    value = getattr(value, "fget", value)  # property
+    return value if isinstance(value, types.FunctionType) else None
+
+
+def _reached(fn: types.FunctionType) -> List[types.FunctionType]:
+    names, out = _names(fn.__code__), []
+    for name in names:
+        value = fn.__globals__.get(name)
+        if isinstance(value, types.ModuleType):
+            out += [_function(getattr(value, n, None)) for n in names if n != name]
+        elif isinstance(value, type):
+            out += [_function(v) for klass in value.__mro__ for v in vars(klass).values()]
+        else:
+            out.append(_function(value))
+    return [f for f in out if f is not None]
+
+
+def _names(code: types.CodeType) -> Set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
+    """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
+    cache: Dict[types.CodeType, types.CodeType] = {}
+    undo = []
+    for fn in fns:
+        code = _rewritten(fn.__code__, cache)
+        if code is fn.__code__:
+            continue
+        added = NAME not in fn.__globals__
+        fn.__globals__[NAME] = int_of
+        undo.append((fn, fn.__code__, added))
+        fn.__code__ = code
+    return undo
+
+
+def _restore(undo: List[tuple]) -> None:
+    for fn, code, added in reversed(undo):
+        fn.__code__ = code
+        if added:
+            fn.__globals__.pop(NAME, None)
+
+
+def _traced_with_int_calls(wrapped, instance, args, kwargs):
+    """``torch.jit._get_trace_graph(model, ...)`` of an ONNX export, the model's ``int`` calls redirected."""
+    root = args[0] if args else kwargs.get("f")
+    if not torch.onnx.is_in_onnx_export() or root is None:
+        return wrapped(*args, **kwargs)
+    undo = _redirect(_functions_of(root))
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _restore(undo)
+
+
+register(Patch(
+    name="padded_lengths_int",
+    description="int(lengths.max()) of a declared lengths input stays the traced padded dim under TorchScript "
+                "(the model's int() calls go through one that knows the padded maximum while it traces)",
+    targets=("torch.jit:_get_trace_graph",),
+    wrapper=_traced_with_int_calls,
+    when="always",
+    aliases=False,  # no requires: without padded_lengths no maximum is marked and int_of is int()
+))
