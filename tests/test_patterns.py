@@ -234,6 +234,24 @@ def test_the_unrolled_solve_pivots_as_lapack_does():
         torch.testing.assert_close(solve(A, B), expected, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_hooks_that_run_at_every_export_count_as_acting_only_when_they_change_it(exporter):
+    """padded_lengths_int, int32_sizes and buffer_values look at every export; the pipeline retries a failed
+    export without the patches only when a patch acted, so they count only when they changed something."""
+    from onnx_compat.patches.patch import acting
+    hooks = {"padded_lengths_int", "int32_sizes", "buffer_values"}
+    model = nn.Sequential(nn.Linear(8, 8))
+    model.register_buffer("scale", torch.tensor(2.0))
+    with onnx_compat.patched(), acting() as found:
+        export(model.eval(), (torch.randn(2, 5, 8),), exporter, {0: {0: "b", 1: "t"}})
+    assert not found & hooks, found
+    if exporter == "torchscript":
+        with onnx_compat.patched(), acting() as found:
+            export(Int32LengthsSquare(), _int32_lengths(2, 37, torch.Generator().manual_seed(0)), exporter,
+                   _LENGTHS_AXES)
+        assert "int32_sizes" in found, found
+
+
 def test_int_calls_are_the_models_own_again_after_the_export():
     """The TorchScript export points the model's int() calls elsewhere while it traces; afterwards the code
     objects and module globals are what they were, and int() loads that are not calls were never touched."""

@@ -33,6 +33,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
+from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from .when import torchscript_exporting
 from ._warning_site import model_frame, said_at
@@ -269,6 +270,7 @@ def _buffer_values(wrapped, instance, args, kwargs):
             values = _values_of(old) if _real(old) else known_values(old)
             if values is not None:
                 _remember(new, values)
+    idle("buffer_values")  # it only records; the readers' patches act when a value is read
     return wrapped(*args, **kwargs)
 
 

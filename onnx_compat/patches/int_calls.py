@@ -28,9 +28,11 @@ from typing import Dict, List, Optional, Set
 
 import torch
 
+from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
 NAME = "__onnx_compat_int__"
+_kept = 0  # int() calls that returned a padded size (for ``patch.idle``)
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _CALLED_LOAD = sys.version_info >= (3, 11)  # LOAD_GLOBAL's low bit says the name is loaded to be called
@@ -41,10 +43,12 @@ _LIBRARIES = {"torch", "onnx_compat", "numpy", "builtins", "functools", "typing"
 def int_of(value, *args, **kwargs):
     """``int(value)``, except for the longest of a declared lengths input read as the padded dim, which stays
     the traced size (as its ``item()`` does)."""
+    global _kept
     if not args and not kwargs and isinstance(value, torch.Tensor):
         from .lengths import padded_size_of
         size = padded_size_of(value)
         if size is not None:
+            _kept += 1
             return size
     return int(value, *args, **kwargs)
 
@@ -163,12 +167,15 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
     """``torch.jit._get_trace_graph(model, ...)`` of an ONNX export, the model's ``int`` calls redirected."""
     root = args[0] if args else kwargs.get("f")
     if not torch.onnx.is_in_onnx_export() or root is None:
+        idle("padded_lengths_int")
         return wrapped(*args, **kwargs)
-    undo = _redirect(_functions_of(root))
+    undo, before = _redirect(_functions_of(root)), _kept
     try:
         return wrapped(*args, **kwargs)
     finally:
         _restore(undo)
+        if _kept == before:
+            idle("padded_lengths_int")
 
 
 register(Patch(

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import torch
 
+from onnx_compat.patches.patch import acted, idle
 from onnx_compat.patches.registry import Patch, register
 
 
 def _loadable(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
+    idle("int32_sizes")  # unless a cast is made below
     if not isinstance(out, bytes) or not torch.onnx.is_in_onnx_export():
         return out
     import onnx
@@ -35,7 +37,10 @@ def _loadable(wrapped, instance, args, kwargs):
     except Exception:  # noqa: BLE001 - a model onnx cannot read here is written as the exporter made it
         return out
     fixed, done = repair_int_types(proto, prefix=REPAIRED_WHILE_EXPORTING)
-    return fixed.SerializeToString() if done else out
+    if not done:
+        return out
+    acted("int32_sizes")
+    return fixed.SerializeToString()
 
 
 _PROTO_UTILS = ("torch.onnx._internal.torchscript_exporter.onnx_proto_utils:_add_onnxscript_fn",

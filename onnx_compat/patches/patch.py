@@ -39,6 +39,19 @@ def acting():
         _ACTING.remove(found)
 
 
+def acted(name: str) -> None:
+    """Patch ``name`` changed the export after all (after ``idle`` said it had not)."""
+    for record in _ACTING:
+        record.add(name)
+
+
+def idle(name: str) -> None:
+    """Patch ``name``'s wrapper, which runs at every export (a hook that only looks), changed nothing this
+    time: it does not count as acting, so the pipeline's retry without the patches is skipped as before."""
+    for record in _ACTING:
+        record.discard(name)
+
+
 @dataclass
 class Patch:
     """One swap: ``targets`` ("module:attr.path") are wrapped by ``wrapper``.
