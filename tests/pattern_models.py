@@ -394,6 +394,15 @@ def _valid_mask(seq_len, batch, time):
     return torch.ones(batch, time, dtype=torch.bool)
 
 
+class SqueezeWide(nn.Module):
+    """coqui's ResNet speaker encoder: ``x.squeeze_(1)`` of a dim that is not 1 (a no-op in torch)."""
+
+    def forward(self, x):  # [B, T, 8]
+        h = x.transpose(1, 2) * 2.0
+        h.squeeze_(1)
+        return torch.squeeze(h, 1).cumsum(-1)
+
+
 class BufferFlags(nn.Module):
     """Small buffers read back as Python values: speechtokenizer's codebook ``if self.inited:``, pesto's
     ``roll(-round(self.shift.cpu().item() * bins))``."""

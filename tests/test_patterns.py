@@ -19,7 +19,7 @@ from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
 from pattern_models import (BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, DivmodSize,
-                            BufferFlags, FrameSolve,
+                            BufferFlags, FrameSolve, SqueezeWide,
                             Int32LengthsSquare, IntOrLengths, KernelSizedWindows, LengthsList, LengthsMask,
                             NumpyDtype, RotaryQuery, TrimmedToLongest)
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
@@ -182,6 +182,9 @@ LENGTHS_CASES = {
     # coqui's UnivNet (second sweep): unfold's window width a traced size (the kernel's shape)
     "unfold_traced_width": (KernelSizedWindows, _signal_and_kernel, {0: {0: "b", 2: "t"}, 1: {0: "b"}},
                             ("torchscript",), {"torchscript": "input size not accessible"}),
+    # coqui's ResNet speaker encoder (second sweep): squeeze_(1) of a dim of 8, a no-op in torch
+    "squeeze_of_a_wide_dim": (SqueezeWide, _btd, {0: {0: "b", 1: "t"}}, ("dynamo",),
+                              {"dynamo": "must be 1 instead of 8"}),
     # speechtokenizer's and pesto's small buffers read as Python values (second sweep)
     "buffer_read_as_value": (BufferFlags, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
                              {"dynamo": "data-dependent"}),

@@ -33,7 +33,7 @@ import torch
 
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
-from .when import torchscript_exporting
+from .when import dynamo_exporting, torchscript_exporting
 from ._static import static_ints
 
 
@@ -57,10 +57,27 @@ def _squeeze(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input",))
     x = None if b is None else b["input"]
     if not isinstance(x, torch.Tensor):
-        return wrapped(*args, **kwargs)  # a dim was given, or not a plain tensor (a complex pair squeezes itself)
+        return _squeeze_dim(wrapped, instance, args, kwargs)  # a dim was given, or not a plain tensor
+    if wrapped.__name__ == "squeeze_":
+        return wrapped(*args, **kwargs)
     for axis in reversed(static_ones(x)):
         x = x.squeeze(axis)
     return x
+
+
+def _squeeze_dim(wrapped, instance, args, kwargs):
+    """``squeeze(dim)`` of a dim that is statically not 1 is a no-op in torch; the dynamo exporter writes a
+    ``Squeeze`` of that axis, which ONNX refuses to load (coqui's ResNet speaker encoder ``x.squeeze_(1)`` on
+    ``[B, 64, T]``: "Dimension of input 1 must be 1 instead of 64", measured on torch 2.13 in the second
+    sweep). While dynamo exports, such a call returns the tensor as it is (``squeeze_``: itself, as torch)."""
+    b = tensor_call(instance, args, kwargs, ("input", "dim"))
+    x = None if b is None else b["input"]
+    if not (isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and dynamo_exporting()) or x.dim() == 0:
+        return wrapped(*args, **kwargs)
+    size = x.shape[b["dim"]]
+    if type(size) is not int or size == 1:
+        return wrapped(*args, **kwargs)
+    return x if wrapped.__name__ == "squeeze_" else x.view(x.shape)
 
 
 def _eye(wrapped, instance, args, kwargs):
@@ -144,8 +161,9 @@ def _as_strided(wrapped, instance, args, kwargs):
 register(Patch(
     name="squeeze_static",
     description="squeeze() without a dim removes only the axes that are statically 1 while exporting "
-                "(the exported Squeeze without axes also drops the batch axis at batch 1)",
-    targets=("torch:squeeze", "torch:Tensor.squeeze"),
+                "(the exported Squeeze without axes also drops the batch axis at batch 1); squeeze(dim) of a "
+                "dim that is not 1 stays a no-op under dynamo",
+    targets=("torch:squeeze", "torch:Tensor.squeeze", "torch:Tensor.squeeze_"),
     wrapper=_squeeze,
     when="export",
 ))
