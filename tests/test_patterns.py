@@ -153,14 +153,15 @@ LENGTHS_CASES = {
     # the check stops the non-strict dynamo trace the other patches (constant_values) work in
     "size_checked_against_longest": (CheckedLengths, _padded_batch, _LENGTHS_AXES, ("dynamo",),
                                      {"dynamo": "data-dependent"}),
-    # issue #39, 2: a complex buffer; F.pad and unfold of a complex spectrum (dynamo exports these by itself)
-    # under dynamo, which exports them by itself, the patched pair met the complex buffer (patched < vanilla)
+    # issue #39, 2: a complex buffer (dynamo exports it by itself: patched, the pair met the buffer, patched <
+    # vanilla until its parts were taken in the graph); F.pad and unfold of a complex spectrum
     "complex_rotary_buffer": (ComplexBuffer, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
                               {"torchscript": "aten::view_as_complex"}),
     "complex_rotary_query": (RotaryQuery, _btd, {0: {0: "b", 1: "t"}}, ("torchscript", "dynamo"),
                              {"torchscript": "aten::view_as_complex"}),
-    "complex_pad_unfold": (lambda: ComplexPadUnfold("constant"), _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
-                           {"torchscript": "aten::view_as_complex"}),
+    "complex_pad_unfold": (lambda: ComplexPadUnfold("constant"), _btd, {0: {0: "b", 1: "t"}},
+                           ("torchscript", "dynamo"),
+                           {"torchscript": "aten::view_as_complex", "dynamo": "aten.pad.default"}),
     "complex_reflect_pad_unfold": (lambda: ComplexPadUnfold("reflect"), _btd, {0: {0: "b", 1: "t"}},
                                    ("torchscript", "dynamo"),
                                    {"torchscript": "aten::view_as_complex", "dynamo": "aten.pad.default"}),
