@@ -240,10 +240,11 @@ def test_the_unrolled_solve_pivots_as_lapack_does():
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_hooks_that_run_at_every_export_count_as_acting_only_when_they_change_it(exporter):
-    """padded_lengths_int, int32_sizes and buffer_values look at every export; the pipeline retries a failed
-    export without the patches only when a patch acted, so they count only when they changed something."""
+    """padded_lengths_int, int32_sizes and buffer_values look at every export, traced_size_is_int sees torch's
+    own is_tensor calls; the pipeline retries a failed export without the patches only when a patch acted, so
+    they count only when they changed something."""
     from onnx_compat.patches.patch import acting
-    hooks = {"padded_lengths_int", "int32_sizes", "buffer_values"}
+    hooks = {"padded_lengths_int", "int32_sizes", "buffer_values", "traced_size_is_int"}
     model = nn.Sequential(nn.Linear(8, 8))
     model.register_buffer("scale", torch.tensor(2.0))
     with onnx_compat.patched(), acting() as found:

@@ -21,25 +21,26 @@ from __future__ import annotations
 
 import torch
 
-from onnx_compat.patches.patch import acted, idle
+from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
 
 def _loadable(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
-    idle("int32_sizes")  # unless a cast is made below
     if not isinstance(out, bytes) or not torch.onnx.is_in_onnx_export():
+        idle("int32_sizes")
         return out
     import onnx
     from onnx_compat.pipeline.repair import REPAIRED_WHILE_EXPORTING, repair_int_types
     try:
         proto = onnx.load_model_from_string(out)
     except Exception:  # noqa: BLE001 - a model onnx cannot read here is written as the exporter made it
+        idle("int32_sizes")
         return out
     fixed, done = repair_int_types(proto, prefix=REPAIRED_WHILE_EXPORTING)
     if not done:
+        idle("int32_sizes")
         return out
-    acted("int32_sizes")
     return fixed.SerializeToString()
 
 

@@ -11,6 +11,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, List, Mapping, Optional, Sequence
 
@@ -39,17 +40,19 @@ def acting():
         _ACTING.remove(found)
 
 
-def acted(name: str) -> None:
-    """Patch ``name`` changed the export after all (after ``idle`` said it had not)."""
-    for record in _ACTING:
-        record.add(name)
+_IDLE = threading.local()  # names of the patches whose wrapper said it changed nothing this call
 
 
 def idle(name: str) -> None:
-    """Patch ``name``'s wrapper, which runs at every export (a hook that only looks), changed nothing this
-    time: it does not count as acting, so the pipeline's retry without the patches is skipped as before."""
-    for record in _ACTING:
-        record.discard(name)
+    """Patch ``name``'s wrapper, now running, changed nothing this call (a hook that runs at every export and
+    only looks, or leaves the call to torch): the call does not count as the patch acting, so the pipeline's
+    retry without the patches is skipped as before. An earlier call that acted still counts."""
+    if not _ACTING:
+        return
+    names = getattr(_IDLE, "names", None)
+    if names is None:
+        names = _IDLE.names = set()
+    names.add(name)
 
 
 @dataclass
@@ -149,9 +152,19 @@ class Patch:
 
     def gate(self, wrapped, instance, args, kwargs):
         if self._count and self._active() and not any(native() for native in self._native):
-            for record in _ACTING:
+            if not _ACTING:
+                return self.wrapper(wrapped, instance, args, kwargs)
+            fresh = [record for record in _ACTING if self.name not in record]
+            for record in fresh:
                 record.add(self.name)
-            return self.wrapper(wrapped, instance, args, kwargs)
+            try:
+                return self.wrapper(wrapped, instance, args, kwargs)
+            finally:
+                names = getattr(_IDLE, "names", None)
+                if names and self.name in names:
+                    names.discard(self.name)
+                    for record in fresh:
+                        record.discard(self.name)
         return wrapped(*args, **kwargs)
 
 

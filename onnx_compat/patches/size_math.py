@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches.when import torchscript_exporting
 
 
 def _rounding(wrapped, instance, args, kwargs):
@@ -89,26 +91,33 @@ def traced_size(obj) -> bool:
 # divmod(): 'SymInt' and 'int'"): the same there.
 
 
-def _is_tensor(wrapped, instance, args, kwargs):
-    if len(args) == 1 and not kwargs and traced_size(args[0]):
-        return False
-    return wrapped(*args, **kwargs)
-
-
 def _size(value) -> bool:
     return traced_size(value) or (_SymInt is not None and isinstance(value, _SymInt))
 
 
+def _sizes(args) -> bool:
+    return len(args) == 2 and any(_size(a) for a in args) and all(_size(a) or isinstance(a, int) for a in args)
+
+
 def _divmod(wrapped, instance, args, kwargs):
-    if len(args) == 2 and not kwargs and any(_size(a) for a in args) \
-            and all(_size(a) or isinstance(a, int) for a in args):
+    if not kwargs and _sizes(args):
         a, b = args
         return a // b, a % b
     return wrapped(*args, **kwargs)
 
 
 def _size_as_int(wrapped, instance, args, kwargs):
-    return (_divmod if wrapped.__name__ == "divmod" else _is_tensor)(wrapped, instance, args, kwargs)
+    """``torch.is_tensor`` is called all over torch while dynamo traces: a call that leaves the answer to
+    torch does not count as the patch acting (``patch.idle``)."""
+    if wrapped.__name__ == "divmod":
+        changed = not kwargs and _sizes(args)
+        answer = _divmod(wrapped, instance, args, kwargs)
+    else:
+        changed = len(args) == 1 and not kwargs and torchscript_exporting() and traced_size(args[0])
+        answer = False if changed else wrapped(*args, **kwargs)
+    if not changed:
+        idle("traced_size_is_int")
+    return answer
 
 
 register(Patch(
