@@ -250,8 +250,9 @@ def render(rows: List[dict], seconds: float, round_: int = 1, before: Optional[L
     compared = [] if before is None else [
         "### First contact → after", "First contact:\n\n" + summary(before) + "\n" + exporter_figures(before),
         "After:\n\n" + summary(rows) + "\n" + exporter_figures(rows), comparison(before, rows)]
+    figures = [summary(rows), exporter_figures(rows)] if before is None else []
     return "\n\n".join([
-        begin, *compared, summary(rows), exporter_figures(rows), "### Outcomes", table(rows),
+        begin, *compared, *figures, "### Outcomes", table(rows),
         "Cells: `ok`: exported, and ONNX Runtime matched the unpatched eager model at three shapes the export never "
         "saw (B=1 first, other lengths); `export ✗`: the exporter raised; `dim baked`: a dim declared dynamic is a "
         "number in the graph; `ORT ✗ new shape`: ONNX Runtime fails at a new shape; `wrong numbers`: it runs, with "

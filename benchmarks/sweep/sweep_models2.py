@@ -370,8 +370,18 @@ def audioseal_generator():
                                decoder=DecoderConfig(final_activation=None, final_activation_params=None,
                                                      trim_right_ratio=1.0))
     model = create_generator(config)
-    return _job(Seeded(model, lambda m, x: m.get_watermark(x, sample_rate=16000)),
-                wave(channels=1, example=1600, min=320, multiple=16), out(1, "time"))
+    # the 16 message bits are an input: without one, get_watermark draws a random message on every call
+
+    class Watermark(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, data, message):
+            return self.model.get_watermark(data, sample_rate=16000, message=message)
+    inputs = wave(channels=1, example=1600, min=320, multiple=16) + [
+        TensorSpec("message", [B, 16], dtype=torch.int64, values=(0, 2))]
+    return _job(Watermark(), inputs, out(1, "time"))
 
 
 @_r2("audioseal", "watermark")
