@@ -279,3 +279,40 @@ def test_a_plain_export_of_a_noise_drawing_model_never_matches_eager():
     model = NoiseVocoder().eval()
     proto = export(model, (torch.randn(3, 2, 37),), "torchscript", {0: {0: "batch", 2: "time"}})
     assert_fails_as_recorded(lambda: assert_matches(proto, model, torch.randn(1, 2, 23)), "mismatch: ")
+
+
+
+_LAZY_MODEL = """
+def helper(x):
+    if int(x.shape[-1]) < 0:  # a branch the export never takes, naming what the model never loads
+        return utils.missing_in_export_only(x)
+    return utils.scale(x)
+
+
+class UsesLazyUtils(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return helper(self.lin(x))
+"""
+
+
+def test_a_model_whose_helpers_module_loads_lazily_exports_without_importing_it(tmp_path):
+    """A model's code that names a lazily loading module (lazy_loader, a module ``__getattr__``, as funasr's
+    utils are): reading the model's functions for the int() redirection must not import what the model never
+    uses (funasr's CT-Transformer failed patched with 'No module named samplerate', and exported plainly)."""
+    import types
+    lazy = types.ModuleType("lazily_loaded_utils")
+
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r} (an optional dependency)")
+    lazy.__getattr__ = missing
+    lazy.scale = lambda x: 2 * x
+    namespace = {"utils": lazy, "torch": torch, "nn": nn, "__name__": "user_model_code"}
+    exec(_LAZY_MODEL, namespace)
+    model = namespace["UsesLazyUtils"]().eval()
+    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("x", [B, T, 4])],
+                                [TensorSpec("y", [B, T, 4])], exporter="torchscript")
+    assert report.strategy == "torchscript" and all(c["ok"] for c in report.verification), report.why

@@ -125,7 +125,9 @@ def _reached(fn: types.FunctionType) -> List[types.FunctionType]:
     for name in names:
         value = fn.__globals__.get(name)
         if isinstance(value, types.ModuleType):
-            out += [_function(getattr(value, n, None)) for n in names if n != name]
+            # the module's own namespace, not getattr: a lazily loading module (lazy_loader, a module
+            # __getattr__) would import an optional dependency the model never calls, and fail the export
+            out += [_function(vars(value).get(n)) for n in names if n != name]
         elif isinstance(value, type):
             out += [_function(v) for klass in value.__mro__ for v in vars(klass).values()]
         else:
