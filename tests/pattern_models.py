@@ -344,6 +344,40 @@ class LengthsMask(_DeclaresLengths):
         return (self.proj(x) * mask[..., None]).sum(1) / lengths[:, None]
 
 
+def _make_pad_mask(lengths, xs=None, length_dim=-1, maxlen=None):
+    """The speech toolkits' padding-mask helper (True at padded frames), in the form they write it: the lengths
+    read as a Python list, the batch as its len(), the mask compared with ``new(lengths)``."""
+    if not isinstance(lengths, list):
+        lengths = lengths.tolist()
+    bs = int(len(lengths))
+    if maxlen is None:
+        if xs is None:
+            maxlen = int(max(lengths))
+        else:
+            maxlen = xs.size(length_dim)
+    seq_range = torch.arange(0, maxlen, dtype=torch.int64)
+    seq_range_expand = seq_range.unsqueeze(0).expand(bs, maxlen)
+    seq_length_expand = seq_range_expand.new(lengths).unsqueeze(-1)
+    return seq_range_expand >= seq_length_expand
+
+
+class PadMaskAttention(_DeclaresLengths):
+    """Self-attention whose scores are masked at padded keys by ``_make_pad_mask`` (the mask sized by the
+    longest length, or by the input's time size), then a masked mean over time."""
+
+    def __init__(self, sized_by="lengths"):
+        super().__init__()
+        self.sized_by, self.qkv = sized_by, nn.Linear(8, 24)
+
+    def body(self, x, lengths):
+        pad = _make_pad_mask(lengths) if self.sized_by == "lengths" else _make_pad_mask(lengths, x, 1)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q @ k.transpose(1, 2)).masked_fill(pad[:, None, :], float("-inf"))
+        out = scores.softmax(-1) @ v
+        keep = (~pad)[..., None].to(x.dtype)
+        return (out * keep).sum(1) / keep.sum(1)
+
+
 class CheckedLengths(_DeclaresLengths):
     """The input's time size checked against the longest length (``assert x.size(1) == lengths.max().item()``)
     in a model whose reduction dims come from ``torch.arange(...).tolist()`` (asteroid's global norm), which

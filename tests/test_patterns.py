@@ -18,7 +18,7 @@ from onnx_compat.patches.checks import check_outcome
 from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
-from pattern_models import (BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, DivmodSize,
+from pattern_models import (PadMaskAttention, BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, DivmodSize,
                             BufferFlags, FrameSolve, SqueezeWide,
                             Int32LengthsSquare, IntOrLengths, KernelSizedWindows, LengthsList, LengthsMask,
                             NumpyDtype, RotaryQuery, TrimmedToLongest)
@@ -148,6 +148,14 @@ LENGTHS_CASES = {
                            {"torchscript": _BROADCAST}),
     "longest_int_in_helper": (lambda: LengthsMask("int_in_helper"), _padded_batch, _LENGTHS_AXES,
                               ("torchscript", "dynamo"), {"torchscript": _BROADCAST}),
+    # espnet's/funasr's make_pad_mask: lengths.tolist(), its len() as the batch, max() of it (or the input's time
+    # size) as the width, Tensor.new(list) back to a tensor
+    "pad_mask_from_list": (lambda: PadMaskAttention("lengths"), _padded_batch, _LENGTHS_AXES,
+                           ("torchscript", "dynamo"),
+                           {"torchscript": _BROADCAST, "dynamo": "data-dependent expression"}),
+    "pad_mask_from_list_sized_by_input": (lambda: PadMaskAttention("input"), _padded_batch, _LENGTHS_AXES,
+                                          ("torchscript", "dynamo"), {"torchscript": "ONNX Runtime gives shape",
+                                                                     "dynamo": "data-dependent expression"}),
     # the traced maximum is dynamic by itself under TorchScript: the patch must leave it so
     "longest_torch_max": (lambda: LengthsMask("torch_max"), _padded_batch, _LENGTHS_AXES, ("torchscript",), {}),
     # the check stops the non-strict dynamo trace the other patches (constant_values) work in

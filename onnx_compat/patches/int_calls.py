@@ -18,6 +18,13 @@ function's code object. ``int_of`` returns the traced size for a maximum that
 else, so no other call changes. The original code objects are back when the
 trace ends. Torch's, numpy's and onnx_compat's own code is never touched, nor
 ``isinstance(x, int)`` (a load of ``int`` that is not called).
+
+The called ``len`` and ``max`` are pointed at stand-ins the same way (``len_of``,
+``max_of`` in ``lengths.py``), also while the dynamo exporter's non-strict
+``torch.export.export`` runs the model's Python: ``make_pad_mask``'s
+``bs = int(len(lengths.tolist()))`` then is the traced batch (a 0-d traced size
+that ``int_of`` keeps, or the batch's symbol) and ``int(max(lengths))`` the
+padded dim. They are ``len`` and ``max`` for anything else.
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
 NAME = "__onnx_compat_int__"
+# the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
+NAMES = {"int": NAME, "len": "__onnx_compat_len__", "max": "__onnx_compat_max__"}
 _kept = 0  # int() calls that returned a padded size (for ``patch.idle``)
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
@@ -50,22 +59,29 @@ def int_of(value, *args, **kwargs):
         if size is not None:
             _kept += 1
             return size
+    if not args and not kwargs and isinstance(value, (torch.Tensor, torch.SymInt)):
+        from .lengths import kept_size
+        size = kept_size(value)
+        if size is not None:
+            _kept += 1
+            return size
     return int(value, *args, **kwargs)
 
 
 def _rewritten(code: types.CodeType, cache: Dict[types.CodeType, types.CodeType]) -> types.CodeType:
-    """``code`` with every called ``int`` loaded as ``NAME`` (nested code objects too); ``code`` itself when it
-    has none."""
+    """``code`` with every called ``int``/``len``/``max`` loaded as its stand-in's name (``NAMES``; nested code
+    objects too); ``code`` itself when it has none."""
     if code in cache:
         return cache[code]
     consts = tuple(_rewritten(c, cache) if isinstance(c, types.CodeType) else c for c in code.co_consts)
     out = code if consts == code.co_consts else code.replace(co_consts=consts)
-    sites = [i for i in dis.get_instructions(code) if i.opcode == _LOAD_GLOBAL and i.argval == "int"
-             and i.arg & 1] if _CALLED_LOAD and "int" in code.co_names else []
+    sites = [i for i in dis.get_instructions(code) if i.opcode == _LOAD_GLOBAL and i.argval in NAMES
+             and i.arg & 1] if _CALLED_LOAD and set(NAMES) & set(code.co_names) else []
     if sites:
-        names = code.co_names + ((NAME,) if NAME not in code.co_names else ())
+        names = code.co_names + tuple(n for n in dict.fromkeys(NAMES[i.argval] for i in sites)
+                                      if n not in code.co_names)
         raw = bytearray(out.co_code)
-        changed = [_point_at(raw, site, names.index(NAME)) for site in sites]
+        changed = [_point_at(raw, site, names.index(NAMES[site.argval])) for site in sites]
         if any(changed):
             out = out.replace(co_code=bytes(raw), co_names=names)
     cache[code] = out
@@ -145,14 +161,16 @@ def _names(code: types.CodeType) -> Set[str]:
 
 def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
     """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
+    from .lengths import len_of, max_of
+    stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of}
     cache: Dict[types.CodeType, types.CodeType] = {}
     undo = []
     for fn in fns:
         code = _rewritten(fn.__code__, cache)
         if code is fn.__code__:
             continue
-        added = NAME not in fn.__globals__
-        fn.__globals__[NAME] = int_of
+        added = [n for n in stand_ins if n not in fn.__globals__]
+        fn.__globals__.update(stand_ins)
         undo.append((fn, fn.__code__, added))
         fn.__code__ = code
     return undo
@@ -161,14 +179,15 @@ def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
 def _restore(undo: List[tuple]) -> None:
     for fn, code, added in reversed(undo):
         fn.__code__ = code
-        if added:
-            fn.__globals__.pop(NAME, None)
+        for name in added:
+            fn.__globals__.pop(name, None)
 
 
 def _traced_with_int_calls(wrapped, instance, args, kwargs):
     """``torch.jit._get_trace_graph(model, ...)`` of an ONNX export, the model's ``int`` calls redirected."""
-    root = args[0] if args else kwargs.get("f")
-    if not torch.onnx.is_in_onnx_export() or root is None:
+    root = args[0] if args else kwargs.get("f", kwargs.get("mod"))
+    strict = wrapped.__name__ == "export" and kwargs.get("strict", False)  # dynamo's bytecode sees no stand-in
+    if not torch.onnx.is_in_onnx_export() or root is None or strict:
         idle("padded_lengths_int")
         return wrapped(*args, **kwargs)
     undo, before = _redirect(_functions_of(root)), _kept
@@ -184,7 +203,9 @@ register(Patch(
     name="padded_lengths_int",
     description="int(lengths.max()) of a declared lengths input stays the traced padded dim under TorchScript "
                 "(the model's int() calls go through one that knows the padded maximum while it traces)",
-    targets=("torch.jit:_get_trace_graph",),
+    # torch.export.export: the dynamo exporter's non-strict trace runs the model's Python, where len() of the
+    # lengths' tolist() must give the batch's symbol and int() of it keep it
+    targets=("torch.jit:_get_trace_graph", "torch.export:export"),
     wrapper=_traced_with_int_calls,
     when="always",
     aliases=False,  # no requires: without padded_lengths no maximum is marked and int_of is int()

@@ -22,8 +22,11 @@ is how the pipeline verifies (the longest length of each batch fills it).
 adapter declares every lengths input of the specs. The example traced must
 keep the convention: under TorchScript an example whose longest length is
 shorter than the padded dim is refused, naming the line that read it. A
-``lengths.tolist()`` read otherwise (a list as long as a dynamic batch) is
-refused under dynamo, naming the line. ``int()`` of the maximum must return a
+``lengths.tolist()`` read otherwise gives a ``LengthsList`` that keeps its tensor
+(espnet's and funasr's ``make_pad_mask``): its ``len()``, builtin ``max()`` and
+``Tensor.new``/``torch.tensor``/``torch.as_tensor`` of it stay dynamic; any other
+use (an item, a Python loop: a list as long as a dynamic batch) is refused under
+dynamo, naming the line. ``int()`` of the maximum must return a
 Python int: under TorchScript the model's ``int`` calls are pointed at one that
 keeps the traced size while it traces (``int_calls.py``); under dynamo torch's
 own strict retry keeps ``int(lengths.max())`` symbolic.
@@ -86,6 +89,7 @@ def forget(keys) -> None:
     for key in keys:
         _declared.pop(key, None)
     _padded.clear()
+    _batch.clear()
 
 
 def _entry(tensor):
@@ -144,16 +148,84 @@ def _next_call_is_max(frame) -> bool:
     return bool(later) and called_name(frame.f_code, later[0]) == "max"
 
 
+class LengthsList(list):
+    """``lengths.tolist()`` of a declared lengths input while exporting: a list that keeps its tensor.
+
+    The speech toolkits' ``make_pad_mask`` reads the lengths as a list, the batch as its ``len()``, the longest
+    as ``max()`` of it, and makes the tensor back with ``Tensor.new(list)``. Those four stay dynamic: ``len``
+    and ``max`` of it (the model's calls, pointed at ``len_of``/``max_of`` by ``int_calls``) give the traced
+    batch and the padded dim, ``Tensor.new``/``torch.tensor``/``torch.as_tensor`` of it give the lengths tensor
+    back. Under TorchScript it holds the example's values, so any other use behaves as a list (and bakes, as
+    before); under dynamo it has no values: any other use is refused, naming its line."""
+
+    def __init__(self, values, tensor, entry, where):
+        super().__init__(values)
+        self.tensor, self.entry, self.where = tensor, entry, where
+
+    def _refused(self):
+        _refuse(f"{_where(model_frame())}: uses lengths.tolist() (read at {self.where}) of the lengths input "
+                f"{self.entry[3]!r} item by item: one number per sequence of the batch, a Python list as long as "
+                f"the dynamic batch. Read the longest as lengths.max() (the padded dim), the batch as "
+                f"len(...) of it, or write it with tensor ops over the lengths")
+
+    def __len__(self):
+        return super().__len__() if torchscript_exporting() or not dynamo_exporting() else self._refused()
+
+    def __iter__(self):
+        return super().__iter__() if torchscript_exporting() or not dynamo_exporting() else self._refused()
+
+    def __getitem__(self, key):
+        return super().__getitem__(key) if torchscript_exporting() or not dynamo_exporting() else self._refused()
+
+
 def _tolist(wrapped, instance, args, kwargs):
     entry = _entry(instance)
     frame = model_frame()
     if frame is not None and not args and not kwargs and _next_call_is_max(frame):
         return [_padded_size(entry, instance, frame)]
-    if dynamo_exporting():
-        _refuse(f"{_where(frame)}: lengths.tolist() of the lengths input {entry[3]!r} gives one number per "
-                f"sequence of the batch, a Python list as long as the dynamic batch. Read the longest as "
-                f"lengths.max() (the padded dim), or write it with tensor ops over the lengths")
-    return said_at(frame, wrapped, *args, **kwargs)
+    if args or kwargs:
+        return said_at(frame, wrapped, *args, **kwargs)
+    values = [] if dynamo_exporting() else said_at(frame, wrapped)
+    return LengthsList(values, instance, entry, _where(frame))
+
+
+_batch: list = []  # the traced batch sizes len_of handed out (int_of keeps them)
+
+
+def len_of(value):
+    """``len()`` of a declared lengths input's ``tolist()``: the traced batch size (a 0-d tensor under
+    TorchScript, the batch's symbol under dynamo)."""
+    if not isinstance(value, LengthsList):
+        return len(value)
+    tensor = value.tensor
+    size = torch._shape_as_tensor(tensor)[0] if torchscript_exporting() else tensor.shape[0]
+    _batch.append(size)
+    return size
+
+
+def max_of(*args, **kwargs):
+    """Builtin ``max`` over a declared lengths input's ``tolist()``: the padded dim (as ``max(lengths)``)."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], LengthsList):
+        return _maximum(args[0].entry, args[0].tensor, model_frame())
+    entry = _entry(args[0]) if len(args) == 1 and not kwargs else None
+    if entry is not None:  # max(lengths) itself, as ``_iter`` reads it
+        return _maximum(entry, args[0], model_frame())
+    return max(*args, **kwargs)
+
+
+def kept_size(value):
+    """``int()`` of a batch size ``len_of`` gave stays that size; None for any other value."""
+    return value if any(size is value for size in _batch) else None
+
+
+def as_lengths(wrapped, instance, args, kwargs):
+    """``Tensor.new(l)``, ``torch.tensor(l)``, ``torch.as_tensor(l)`` of a ``LengthsList``: the lengths tensor
+    itself in the dtype asked for (a list of ints makes int64; ``new`` takes the instance's dtype)."""
+    if not args or not isinstance(args[0], LengthsList) or len(args) > 1:
+        return None
+    dtype = kwargs.get("dtype") or (instance.dtype if instance is not None else torch.int64)
+    device = kwargs.get("device") or (instance.device if instance is not None else args[0].tensor.device)
+    return args[0].tensor.to(device=device, dtype=dtype)
 
 
 def _iter(wrapped, instance, args, kwargs):
@@ -168,8 +240,10 @@ def _iter(wrapped, instance, args, kwargs):
 def read(wrapped, instance, args, kwargs):
     """``item()``/``tolist()`` (constant_values' targets) of a declared lengths input or of its maximum read as
     the padded size; None when neither (the caller goes on as before)."""
-    if not _declared or wrapped.__name__ not in ("item", "tolist"):
+    if not _declared or wrapped.__name__ not in ("item", "tolist", "tensor", "as_tensor"):
         return None
+    if wrapped.__name__ in ("tensor", "as_tensor"):
+        return as_lengths(wrapped, instance, args, kwargs)
     if wrapped.__name__ == "tolist" and _entry(instance) is not None:
         return _tolist(wrapped, instance, args, kwargs)
     hit = _padded.get(id(instance))
@@ -192,6 +266,9 @@ def _padded_lengths(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs) if wrapped.__name__ != "__iter__" else \
             said_at(model_frame(), wrapped, *args, **kwargs)
     name = wrapped.__name__
+    if name == "new":
+        made = as_lengths(wrapped, instance, args, kwargs)
+        return wrapped(*args, **kwargs) if made is None else made
     if name in ("max", "amax"):
         return _reduction(wrapped, instance, args, kwargs)
     if name == "maximum":  # the non-strict exporter turns builtin max(tensor) into torch.maximum(tensor)
@@ -206,7 +283,7 @@ register(Patch(
                 "max(lengths.tolist())) is read as the padded dim while exporting, not the example's number",
     # item() and tolist() are constant_values' targets, which hands them to ``read`` first
     targets=("torch:max", "torch:amax", "torch:Tensor.max", "torch:Tensor.amax", "torch:Tensor.__iter__",
-             "torch:maximum"),
+             "torch:maximum", "torch:Tensor.new"),
     requires=("constant_values",),
     wrapper=_padded_lengths,
     when="export",
