@@ -11,7 +11,7 @@ from onnx_compat import Dim, TensorSpec, describe as inspect
 
 from onnx_compat import export
 from onnx_compat.cli import main as cli
-from onnx_compat.pipeline.repair import repair_int_types
+from onnx_compat.int_repair import repair_int_types
 from onnx_compat.testing import assert_not_degenerate
 
 from helpers import export as plain_export

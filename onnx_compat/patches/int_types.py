@@ -7,7 +7,7 @@ TorchScript exporter writes the ops as traced, so the graph gives
 ``ConstantOfShape`` an int32 shape, or a ``Concat`` mixed int32 and int64
 inputs, and ONNX Runtime refuses to load it ("ConstantOfShape ... has
 unsupported type: tensor(int32)", measured on torch 2.13 in the second sweep).
-``export()`` repairs the graph after the export (``pipeline/repair.py``); a
+``export()`` repairs the graph after the export (``int_repair.py``); a
 bare ``torch.onnx.export`` inside ``patched()`` wrote the graph that does not
 load.
 
@@ -31,7 +31,7 @@ def _loadable(wrapped, instance, args, kwargs):
         idle("int32_sizes")
         return out
     import onnx
-    from onnx_compat.pipeline.repair import REPAIRED_WHILE_EXPORTING, repair_int_types
+    from onnx_compat.int_repair import REPAIRED_WHILE_EXPORTING, repair_int_types
     try:
         proto = onnx.load_model_from_string(out)
     except Exception:  # noqa: BLE001 - a model onnx cannot read here is written as the exporter made it

@@ -25,7 +25,7 @@ from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
 from onnx_compat.pipeline import capture, dims, first_cause, releases
 from onnx_compat.pipeline.files import content_hash, write_atomically
-from onnx_compat.pipeline.repair import repair_int_types, repaired_while_exporting
+from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest

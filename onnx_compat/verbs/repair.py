@@ -16,7 +16,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from onnx_compat.graph import load
     from onnx_compat.pipeline.files import write_atomically
-    from onnx_compat.pipeline.repair import repair_int_types
+    from onnx_compat.int_repair import repair_int_types
     from onnx_compat.runtimes.session import open_session
     out = writable(args.out, "--out", "the repaired model")
     fixed, done = repair_int_types(load(args.onnx, load_external_data=True))
