@@ -55,10 +55,10 @@ def _line_of(cls, text):
 @pytest.mark.parametrize("name", list(CASES))
 def test_auto_keeps_python_size_arithmetic_dynamic(name, tmp_path):
     report = onnx_compat.export(CASES[name][0](), str(tmp_path / "m.onnx"), *_specs(name), exporter="auto")
-    # TorchScript first: math.ceil stays in its graph (size_rounding); int(lengths.max()) is frozen there, so
-    # that one falls back to dynamo
-    # that one falls back to dynamo. CeilFrames' graph is mostly shape bookkeeping, so auto times dynamo's too
-    first = {"ceil_frames": "torchscript", "max_length_mask": "dynamo"}[name]
+    # TorchScript first, and it keeps both: math.ceil stays in its graph (size_rounding) and int(lengths.max())
+    # is the padded dim (padded_lengths_int). CeilFrames' graph is mostly shape bookkeeping, so auto times
+    # dynamo's too
+    first = "torchscript"
     assert next(a.exporter for a in report.attempts if a.ok) == first, report.summary()
     assert report.exporter == (report.speed["chosen"] if report.speed else first), report.summary()
     assert all(c["ok"] for c in report.verification), report.summary()
@@ -71,12 +71,29 @@ def test_torchscript_keeps_ceil_of_a_size_in_the_graph(tmp_path):
     assert all(c["ok"] for c in report.verification) and {c["sizes"]["time"] for c in report.verification} >= {23}
 
 
-@pytest.mark.parametrize("name", ["max_length_mask"], ids=["max_length_mask"])
-def test_torchscript_names_the_line_that_froze_a_size(name, tmp_path):
-    cls, _, _, marker = CASES[name]
-    with pytest.raises(ExportError, match=rf"frozen into the graph by Python code at .*test_sizes.py:{_line_of(cls, marker)}"):
-        onnx_compat.export(cls(), str(tmp_path / "m.onnx"), *_specs(name), exporter="torchscript")
+class ShortestLengthCrop(nn.Module):
+    """A size read from the lengths' values that is not their padded maximum: the shortest sequence's length."""
+
+    def forward(self, data, lengths):
+        shortest = int(lengths.min())  # baked by TorchScript
+        return data[:, :shortest] * 2.0
+
+
+def test_torchscript_names_the_line_that_froze_a_size(tmp_path):
+    batch, time = Dim("batch"), Dim("time")
+    specs = ([TensorSpec("data", [batch, time, 3], lengths=[1])], [TensorSpec("output", [batch, Dim("kept"), 3])])
+    line = _line_of(ShortestLengthCrop, "shortest = int(")
+    with pytest.raises(ExportError, match=rf"frozen into the graph by Python code at .*test_sizes.py:{line}"):
+        onnx_compat.export(ShortestLengthCrop(), str(tmp_path / "m.onnx"), *specs, exporter="torchscript")
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_torchscript_keeps_int_of_the_longest_length_the_padded_dim(tmp_path):
+    """``padded_lengths_int``: ``int(lengths.max())`` of a declared lengths input is the traced padded dim."""
+    report = onnx_compat.export(MaxLengthMask(), str(tmp_path / "m.onnx"), *_specs("max_length_mask"),
+                                exporter="torchscript")
+    assert report.strategy == "torchscript" and all(c["ok"] for c in report.verification), report.summary()
+    assert {c["sizes"]["time"] for c in report.verification} >= {23}
 
 
 class SegmentLoop(nn.Module):
