@@ -9,7 +9,7 @@ such a failure into a graph that verifies. For each sweep model (``VENV`` is
 the sweep's environment, ``benchmarks/sweep/make_env.sh``; default: every
 model of ``sweep_models.py`` and, where present, ``sweep_models2.py``), this
 runs ``onnx_compat.export(exporter="auto")`` with ``auto``'s strategies; where
-that fails, it exports once with each option of ``capture.CAPTURE_OPTIONS``
+that fails, it exports once with each option of ``capture_options.CAPTURE_OPTIONS``
 alone (under the patches, through the same verification) and counts the models
 each one verifies and its time. The table goes between
 ``<!-- capture-options -->`` and ``<!-- /capture-options -->``.
@@ -35,7 +35,7 @@ from readme_block import add_write_option, write_marked  # noqa: E402
 
 import onnx_compat  # noqa: E402
 import torch  # noqa: E402
-from onnx_compat.pipeline import capture  # noqa: E402
+from onnx_compat.pipeline import capture, capture_options  # noqa: E402
 
 # the benchmark index's header (benchmarks/index.py): cost class, the page whose table it writes
 BENCHMARK = {"cost": "slow", "writes": "docs/pipeline.md",
@@ -84,7 +84,7 @@ def measure(names: Optional[List[str]] = None) -> List[dict]:
         entry = found[name]
         row = {"model": name, "auto": attempt(entry.build(), base)}
         if not row["auto"]["ok"]:
-            for option in capture.CAPTURE_OPTIONS:
+            for option in capture_options.CAPTURE_OPTIONS:
                 row[option.label] = attempt(entry.build(), (option,))
         print(name, {k: (v["ok"], round(v["seconds"], 1)) for k, v in row.items() if isinstance(v, dict)},
               flush=True)
@@ -99,16 +99,16 @@ def table(rows: List[dict]) -> str:
              f"each option was tried alone on the {len(tried)} it did not (torch {torch.__version__}).", "",
              "| option | verified | tried | seconds (sum) | models it verified | kept in auto |",
              "|---|---|---|---|---|---|"]
-    for option in capture.CAPTURE_OPTIONS:
+    for option in capture_options.CAPTURE_OPTIONS:
         cells = [r[option.label] for r in tried]
         saved = [r["model"] for r in tried if r[option.label]["ok"]]
         lines.append(f"| {option.label} | {len(saved)} | {len(cells)} | {sum(c['seconds'] for c in cells):.0f} | "
                      f"{', '.join(saved) or '-'} | {'yes' if option in capture.FURTHER else 'no'} |")
-    lines += ["", "| model | " + " | ".join(o.label for o in capture.CAPTURE_OPTIONS) + " |",
-              "|---|" + "---|" * len(capture.CAPTURE_OPTIONS)]
+    lines += ["", "| model | " + " | ".join(o.label for o in capture_options.CAPTURE_OPTIONS) + " |",
+              "|---|" + "---|" * len(capture_options.CAPTURE_OPTIONS)]
     for r in tried:
         lines.append(f"| {r['model']} | " + " | ".join(
-            "ok" if r[o.label]["ok"] else _short(r[o.label]["error"]) for o in capture.CAPTURE_OPTIONS) + " |")
+            "ok" if r[o.label]["ok"] else _short(r[o.label]["error"]) for o in capture_options.CAPTURE_OPTIONS) + " |")
     return "\n".join(lines)
 
 

@@ -129,14 +129,14 @@ def test_draft_export_verifies_a_graph_that_is_wrong_for_the_other_branch(tmp_pa
     """Why draft export is not in ``auto`` (docs/pipeline.md, "More ways to capture"): it takes a value-dependent
     branch as the example took it and says so; the verification inputs take it the same way, so the graph
     verifies, yet an input that takes the other branch gets another answer than eager PyTorch."""
-    from onnx_compat.pipeline import capture
+    from onnx_compat.pipeline import capture, capture_options
     from onnx_compat.runtimes.session import open_session
     torch.manual_seed(0)
     path, model = str(tmp_path / "draft.onnx"), SignBranch().eval()
     dims = (Dim("batch"), Dim("time"), 4)
     inputs, outputs = [TensorSpec("x", dims)], [TensorSpec("y", dims)]
     kept = capture.AUTO
-    capture.AUTO = (capture.DraftExport(),)
+    capture.AUTO = (capture_options.DraftExport(),)
     try:
         report = onnx_compat.export(model, path, inputs, outputs, exporter="auto")
     except ExportError as exc:
@@ -146,7 +146,7 @@ def test_draft_export_verifies_a_graph_that_is_wrong_for_the_other_branch(tmp_pa
         report = exc
     finally:
         capture.AUTO = kept
-    assert capture.DraftExport not in {type(s) for s in capture.AUTO}
+    assert capture_options.DraftExport not in {type(s) for s in capture.AUTO}
     if isinstance(report, ExportError):
         assert "max abs err" in str(report), report
         return
