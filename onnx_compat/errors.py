@@ -87,6 +87,12 @@ class TargetError(OnnxCompatError, ValueError):
     """A deployment target that is unknown, or that no exporter can satisfy."""
 
 
+class UnsupportedPattern(OnnxCompatError, NotImplementedError):
+    """A patch recognised what the model does and refuses it on purpose, naming the model's line: a Python
+    loop over a dynamic size, a computation that leaves torch for numpy. Deliberate, so it is the error a
+    user reads first, never mistaken for a patch that broke (``first_cause``)."""
+
+
 class SpectralError(OnnxCompatError, RuntimeError):
     """A complex-valued call the spectral patches cannot write as real ops."""
 

@@ -9,8 +9,11 @@ say the warnings there.
 """
 from __future__ import annotations
 
+import os
 import sys
 import warnings
+
+import torch
 
 from onnx_compat.patches.registry import Patch
 
@@ -19,6 +22,19 @@ def model_frame(depth: int = 1):
     """The first frame above ``depth`` that is neither the registry's gate nor onnx_compat's patches."""
     frame = sys._getframe(depth + 1)
     while frame is not None and (frame.f_code is Patch.gate.__code__
+                                 or frame.f_globals.get("__name__", "").startswith(__package__)):
+        frame = frame.f_back
+    return frame
+
+
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def model_frame_outside_torch(depth: int = 1):
+    """``model_frame``, past torch's own frames too: a call that reached a patch through torch's function
+    handler (non-strict export's ``__torch_function__``) is named at the model's line, not torch's."""
+    frame = model_frame(depth + 1)
+    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(_TORCH)
                                  or frame.f_globals.get("__name__", "").startswith(__package__)):
         frame = frame.f_back
     return frame

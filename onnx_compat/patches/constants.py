@@ -27,16 +27,19 @@ shape a ``DtypeOnly`` that answers dtype and shape and refuses its values.
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
 import weakref
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
+from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from .when import torchscript_exporting
-from ._warning_site import model_frame, said_at
+from ._warning_site import model_frame, model_frame_outside_torch, said_at
 from . import lengths
 
 _MAX_VALUES = 4096
@@ -134,7 +137,7 @@ class DtypeOnly:
         self.size, self.itemsize = int(np.prod(self.shape)), self.dtype.itemsize
 
     def _refuse(self, *args, **kwargs):
-        raise NotImplementedError(f"{self.where}: .numpy() of a tensor whose values are not known while the dynamo "
+        raise UnsupportedPattern(f"{self.where}: .numpy() of a tensor whose values are not known while the dynamo "
                                   f"exporter traces: only its dtype and shape can be read here (compute with "
                                   f"torch ops on the tensor instead)")
 
@@ -154,10 +157,22 @@ def _numpy(wrapped, instance, args, kwargs):
     try:
         return wrapped(*args, **kwargs)
     except RuntimeError as exc:
-        if "not supported for tensor subclasses" not in str(exc) or not shape_is_static(instance):
+        if "not supported for tensor subclasses" not in str(exc):
             raise
-    frame = model_frame()
-    return DtypeOnly(instance, f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "the model")
+        frame = model_frame_outside_torch()
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "the model"
+        if not shape_is_static(instance):
+            raise UnsupportedPattern(_leaves_torch(where, instance)) from exc
+    return DtypeOnly(instance, where)
+
+
+def _leaves_torch(where: str, tensor) -> str:
+    """A tensor sized by the inputs goes to numpy: what follows (torchcrepe's Viterbi decode) runs outside
+    torch. Said here, at the model's line; torch.onnx may still retry in strict mode, whose dynamo follows
+    simple numpy, and this error is the one reported only when that fails too."""
+    return (f"{where}: .numpy() of a tensor of shape {tuple(tensor.shape)} computed from the inputs: the model "
+            f"leaves torch for numpy here, where the exporter cannot follow it at a dynamic size. Keep that step "
+            f"outside the exported model (export the part before it), or write it with torch ops")
 
 
 def shape_is_static(tensor) -> bool:
@@ -189,11 +204,29 @@ def _traced_call(wrapped, instance, args, kwargs):
     return result
 
 
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _say_index_is_frozen(frame) -> None:
+    """The tracer turns a tensor into a Python index silently: ``range(0, x.size(1), 4)`` (a size is a
+    0-d tensor while TorchScript traces) unrolls a chunk loop at the example's count with no warning, and
+    verification at another length then fails with nothing to name. Said as the TracerWarning the tracer
+    gives for ``int()``, at the model's line (not for torch's own calls), so the pipeline names it."""
+    if frame is None or os.path.abspath(frame.f_code.co_filename).startswith(_TORCH):
+        return
+    warnings.warn_explicit("Converting a tensor to a Python index (a loop's count, a list's length) might cause "
+                           "the trace to be incorrect: its value at the example is unrolled into the graph",
+                           torch.jit.TracerWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"))
+
+
 def _constants(wrapped, instance, args, kwargs):
     padded = lengths.read(wrapped, instance, args, kwargs)  # a declared lengths input's longest (lengths.py)
     if padded is not None:
         return padded
     if torchscript_exporting():  # nothing to do there but keep the tracer's warnings at the model's line
+        if wrapped.__name__ == "__index__":
+            _say_index_is_frozen(model_frame())
         return said_at(model_frame(), wrapped, *args, **kwargs)
     name = wrapped.__name__
     if name == "__torch_function__":

@@ -36,6 +36,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from onnx_compat import versions
+from onnx_compat.errors import UnsupportedPattern
 
 from onnx_compat.patches import when
 
@@ -123,7 +124,7 @@ def _refuse(message: str):
     """Raise, and remember it: torch.onnx.export may catch the error and retry another way
     (which would bake the time dim); ``_with_translations`` raises it again afterwards."""
     _refusals.append(message)
-    raise NotImplementedError(message)
+    raise UnsupportedPattern(message)
 
 
 def _bind(fn, args, kwargs):
@@ -252,10 +253,10 @@ def _with_translations(wrapped, instance, args, kwargs):
         result = wrapped(*args, **kwargs)
     except Exception as exc:
         if _refusals:
-            raise NotImplementedError(_refusals[0]) from exc
+            raise UnsupportedPattern(_refusals[0]) from exc
         raise
     if _refusals:
-        raise NotImplementedError(_refusals[0])
+        raise UnsupportedPattern(_refusals[0])
     return result
 
 

@@ -66,6 +66,27 @@ def _innermost_own_frame(exc: BaseException):
     return frames[-1] if frames else None
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_OUTSIDE_WEIGHTS = "Cannot insert a Tensor that requires grad as a constant"
+
+
+def outside_weights_hint(exc: BaseException) -> str:
+    """The TorchScript tracer's "Cannot insert a Tensor that requires grad as a constant" means a module's
+    weights reached the trace without being the exported model's parameters: a network kept outside the
+    model (torchcrepe's in a module global, measured on the sweep). Said so, at the model's line that used
+    them (the innermost frame outside the exporters and onnx_compat)."""
+    chain = _chain(exc)
+    if not any(_OUTSIDE_WEIGHTS in str(e) for e in chain):
+        return ""
+    skip = _exporter_dirs() + (_PACKAGE,)
+    frames = [f for f in traceback.extract_tb(chain[-1].__traceback__)
+              if not os.path.abspath(f.filename).startswith(skip)]
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return (f" [weights that need grad reached the trace{at} without being the model's parameters or buffers: "
+            f"a module kept outside the model (a module-level global, a plain list or dict); make it a submodule "
+            f"of the model, or call requires_grad_(False) on it]")
+
+
 def patch_site(exc: BaseException) -> Optional[str]:
     """``file:line`` in a patch's code where the failure arose, or None (also for a patch's deliberate
     refusal, which names the model's culprit, and for a wrapper that only called the original through)."""
