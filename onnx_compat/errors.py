@@ -183,7 +183,7 @@ class Mismatch:
     example: bool = False
     outputs: List[str] = field(default_factory=list)  # outputs off by more than the tolerance
     max_abs_err: Optional[float] = None
-    kind: str = "values"  # "load", "run", "shape", "length" or "values" (only the tolerance was missed)
+    kind: str = "values"  # "load", "run", "shape", "length", "draws" (eager's draws do not fit the graph's random nodes) or "values" (only the tolerance was missed)
 
 
 class VerificationError(OnnxCompatError, AssertionError):

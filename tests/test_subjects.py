@@ -10,7 +10,7 @@ from torch import nn
 
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
-from onnx_compat.errors import ArgumentError, ExportError, RandomOutputs, SpecError
+from onnx_compat.errors import ArgumentError, ExportError, SpecError
 
 from helpers import EXPORTERS, assert_matches, needs_dynamo
 
@@ -227,59 +227,7 @@ def test_compiled_functions_stay_compiled_in_eager_code_inside_patched():
     assert counter.graphs > 0
 
 
-# ---------------------------------------------------------------- models whose outputs are random
-
-class NoiseVocoder(nn.Module):
-    """A GAN vocoder that draws its own noise in forward (coqui-tts' UnivNet: ``torch.randn([B, C, T])``)."""
-
-    def __init__(self, keep_noise: bool = False):
-        super().__init__()
-        self.conv = nn.Conv1d(4, 2, 3, padding=1)
-        self.cond = nn.Conv1d(2, 2, 1)
-        self.keep_noise = keep_noise
-
-    def forward(self, c):
-        noise = torch.randn([c.shape[0], 4, c.shape[2]])
-        if self.keep_noise:  # drawn, then unused: the outputs do not depend on it
-            return torch.tanh(self.cond(c))
-        return torch.tanh(self.conv(noise) + self.cond(c))
-
-
-COND_IN, COND_OUT = [TensorSpec("c", [B, 2, T])], [TensorSpec("y", [B, 2, T])]
-
-
-@pytest.mark.parametrize("exporter", EXPORTERS + ["auto"])
-def test_a_model_drawing_its_own_noise_is_refused_naming_the_draw(exporter, tmp_path):
-    with pytest.raises(RandomOutputs, match=r"outputs \['y'\] change from one call to the next.*randn at "
-                                            r".*test_subjects.py:\d+ `noise = torch.randn"):
-        onnx_compat.export(NoiseVocoder().eval(), str(tmp_path / "m.onnx"), COND_IN, COND_OUT, exporter=exporter)
-    assert not os.listdir(tmp_path)
-
-
-def test_a_draw_the_outputs_do_not_depend_on_is_no_refusal(tmp_path):
-    model = NoiseVocoder(keep_noise=True).eval()
-    path = tmp_path / "m.onnx"
-    report = onnx_compat.export(model, str(path), COND_IN, COND_OUT)
-    assert all(c["ok"] for c in report.verification)
-    assert_matches(onnx.load(str(path)), model, torch.randn(1, 2, 7))
-
-
-def test_a_random_model_exports_unproven_with_verify_false(tmp_path):
-    path = tmp_path / "m.onnx"
-    report = onnx_compat.export(NoiseVocoder().eval(), str(path), COND_IN, COND_OUT, exporter="torchscript",
-                                verify=False)
-    assert path.exists() and report.verification == []
-
-
-def test_a_plain_export_of_a_noise_drawing_model_never_matches_eager():
-    """What the refusal replaces: the graph exports, then differs from eager at every size (the sweep read
-    it as an exporter's wrong numbers: 0.049 on coqui-tts' UnivNet)."""
-    from helpers import export
-    from onnx_compat.testing import assert_fails_as_recorded
-    model = NoiseVocoder().eval()
-    proto = export(model, (torch.randn(3, 2, 37),), "torchscript", {0: {0: "batch", 2: "time"}})
-    assert_fails_as_recorded(lambda: assert_matches(proto, model, torch.randn(1, 2, 23)), "mismatch: ")
-
+# ---------------------------------------------------------------- models whose outputs are random: tests/test_random_draws.py
 
 
 _LAZY_MODEL = """

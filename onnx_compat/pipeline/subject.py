@@ -54,6 +54,7 @@ class Subject:
     # the eager outputs ``check_outputs`` got on the export example when that is the user's first example, which
     # verification checks too: its reference, so the eager model does not run on it twice
     example_reference: Optional[list] = None
+    draws: List[str] = field(default_factory=list)  # where the model draws random numbers ONNX nodes can draw
 
     @classmethod
     def build(cls, model: torch.nn.Module, inputs, outputs, *, examples=None,
@@ -113,13 +114,19 @@ class Subject:
     def check_outputs(self, repeatable: bool = True) -> None:
         """Run the model once on the example: the outputs it returns must be the declared ones
         (rank, dtype, static sizes, lengths); dims declared ``None`` are filled in from it. ``repeatable``:
-        a model that drew random numbers must give the same outputs again (``random_draws.py``)."""
+        a model that drew random numbers must give the same outputs again, or draw only what ONNX random
+        nodes draw (``random_draws.py``): then ``draws`` names where, and verification feeds eager's draws to
+        the graph (no first-example reference is kept: it is recorded with its draws)."""
         state = random_draws.generator_state()
         returned = self._run_example()
         self.outputs = check_outputs(returned, self.outputs, self.example)
         if repeatable and not torch.equal(state, random_draws.generator_state()):
-            random_draws.check_repeatable(self._run_example, returned, [n for s in self.outputs for n in s.onnx_names])
-        if self.examples and not self.sizes:  # the export example is the first user example (example_inputs)
+            self.draws = random_draws.check_repeatable(self._run_example, returned,
+                                                       [n for s in self.outputs for n in s.onnx_names])
+            if self.draws:
+                self.notes.append(random_draws.drawing_note(self.draws))
+        # the export example is the first user example (example_inputs); a drawing model's is recorded with its draws
+        if self.examples and not self.sizes and not self.draws:
             self.example_reference = [t.detach().cpu().numpy() for t in returned]
 
     def _run_example(self) -> List[torch.Tensor]:

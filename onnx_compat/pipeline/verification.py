@@ -5,7 +5,8 @@ patch cannot check itself. Frames beyond each sequence's length are left out
 of the comparison (padding is free to differ); the lengths themselves must
 match exactly. What is close enough and which reference proves nothing (all
 zeros, a constant) is the runtime layer's one rule (``runtimes/compare.py``);
-a degenerate output is flagged.
+a degenerate output is flagged. A model that draws random numbers is compared
+with its eager draws fed to the graph's random nodes (``draw_inputs.py``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ import torch
 
 from onnx_compat.errors import Mismatch, VerificationError
 from onnx_compat.patches.compiled import uncompiled
+from onnx_compat.pipeline import draw_inputs
 from onnx_compat.pipeline.adapter import IOAdapter, flatten
+from onnx_compat.pipeline.random_draws import live_draws, run_recording
 from onnx_compat.pipeline.subject import own_copies
 from onnx_compat.runtimes import as_runtimes
 from onnx_compat.runtimes.compare import closeness, degenerate, valid_mask
@@ -44,9 +47,10 @@ class ShapeCheck:
     sizes: Dict[str, int]
     outputs: List[OutputCheck] = field(default_factory=list)
     error: Optional[str] = None
-    failure: Optional[str] = None  # with ``error``: "run", "length" or "shape"
+    failure: Optional[str] = None  # with ``error``: "run", "length", "shape" or "draws"
     example: bool = False  # on a user example rather than generated inputs
     runtime: Optional[str] = None  # None: this process's ONNX Runtime; else e.g. "onnxruntime 1.16.3 (Python: ...)"
+    draws: List[str] = field(default_factory=list)  # each random node and the eager draw it was fed
 
     @property
     def ok(self) -> bool:
@@ -79,6 +83,7 @@ class Case:
     feeds: Dict[str, torch.Tensor]
     example: bool = False  # a user example rather than generated inputs
     expected: List[np.ndarray] = field(default_factory=list)
+    draws: list = field(default_factory=list)  # the eager run's draws (``random_draws.Draw``), in call order
 
 
 def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
@@ -101,7 +106,8 @@ def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], output
                 case.expected = list(first_example_outputs)
                 continue
             # its own copies: a model writing into its input would change what ONNX Runtime is fed next
-            case.expected = [t.detach().cpu().numpy() for t in flatten(reference(*own_copies(case.feeds.values())))]
+            returned, case.draws = run_recording(lambda: flatten(reference(*own_copies(case.feeds.values()))))
+            case.expected = [t.detach().cpu().numpy() for t in returned]
     return cases
 
 
@@ -114,6 +120,9 @@ def check_at(run: Runner, case: Case, outputs: Sequence[TensorSpec], atol: float
     sizes, expected = case.sizes, case.expected
     try:
         by_name = run({k: v.numpy() for k, v in case.feeds.items()})
+    except draw_inputs.DrawsDiffer as exc:
+        result.error, result.failure = str(exc), "draws"
+        return result
     except Exception as exc:
         result.error = f"{runtime or 'ONNX Runtime'} run failed: {str(exc).splitlines()[0]}"
         result.failure = "run"
@@ -182,13 +191,52 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
             raise VerificationError(reason, Mismatch({}, reason, kind="load")) from exc
         if pending is not None:
             cases = pending.result()
-    results = [check_at(sess, case, outputs, atol, rtol) for case in cases]
-    if others:
-        results += _in_runtimes(onnx_model, others, cases, outputs, atol, rtol)
+    fed = _draws_fed(onnx_model, serialized, cases, lambda case: _live(model, inputs, outputs, case))
+    try:
+        results = _checked(sess, onnx_model, fed, others, cases, outputs, atol, rtol)
+    finally:
+        if fed is not None:
+            fed.close()
     if raise_on_failure:
         failed = next((r for r in results if not r.ok), None)
         if failed is not None:
             raise _error(failed, atol, rtol)
+    return results
+
+
+def _draws_fed(onnx_model, serialized, cases: List[Case], live) -> Optional[draw_inputs.Substitution]:
+    """The verification copy taking eager's draws, when the model drew (``draw_inputs.substitution``); a
+    graph whose draws cannot take eager's is a failed verification of kind "draws"."""
+    try:
+        return draw_inputs.substitution(onnx_model, serialized, cases, live)
+    except draw_inputs.DrawsDiffer as exc:
+        reason = f"the model draws random numbers, and {exc}"
+        raise VerificationError(reason, Mismatch({}, reason, kind="draws")) from exc
+
+
+def _live(model, inputs, outputs, case: Case) -> List[bool]:
+    """Which of the case's draws its outputs depend on (``random_draws.live_draws``), the model run as the
+    reference is."""
+    feeds = case.feeds.values()
+    with preserved(model), torch.no_grad(), uncompiled():
+        reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
+        return live_draws(lambda: flatten(reference(*own_copies(feeds))), case.draws,
+                          [torch.from_numpy(np.asarray(e)) for e in case.expected])
+
+
+def _checked(sess, onnx_model, fed: Optional[draw_inputs.Substitution], others, cases: List[Case], outputs,
+             atol: float, rtol: float) -> List[ShapeCheck]:
+    """Every case in this process's ONNX Runtime, then in the others; with draws fed, in the copy's session
+    (the graph's own session cannot take them), each case's draws fed to the random nodes."""
+    if fed is None:
+        results = [check_at(sess, case, outputs, atol, rtol) for case in cases]
+        return results + (_in_runtimes(onnx_model, others, cases, outputs, atol, rtol) if others else [])
+    run = local_runner(open_session(fed.model, prepack=False))
+    results = [check_at(fed.runner(run, case), case, outputs, atol, rtol) for case in cases]
+    if others:
+        results += _in_runtimes(fed.model, others, cases, outputs, atol, rtol, fed=fed)
+    for result, case in zip(results, cases * (1 + len(others))):
+        result.draws = fed.described(case)
     return results
 
 
@@ -205,7 +253,7 @@ def _error(failed: ShapeCheck, atol: float, rtol: float) -> VerificationError:
                              mismatch)
 
 
-def _in_runtimes(onnx_model, others, cases: List[Case], outputs, atol, rtol) -> List[ShapeCheck]:
+def _in_runtimes(onnx_model, others, cases: List[Case], outputs, atol, rtol, fed=None) -> List[ShapeCheck]:
     """The same checks in each other runtime, which loads the model from a file as a deployment does."""
     results = []
     with tempfile.TemporaryDirectory(prefix="onnx_compat_verify_") as folder:
@@ -216,5 +264,6 @@ def _in_runtimes(onnx_model, others, cases: List[Case], outputs, atol, rtol) -> 
         for rt in others:
             def run(feeds, rt=rt):
                 return rt.run(os.fspath(path), feeds)
-            results += [check_at(run, case, outputs, atol, rtol, runtime=rt.name) for case in cases]
+            results += [check_at(fed.runner(run, case) if fed is not None else run, case, outputs, atol, rtol,
+                                 runtime=rt.name) for case in cases]
     return results

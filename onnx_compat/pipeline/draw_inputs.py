@@ -1,0 +1,232 @@
+"""The verification copy of a graph that draws: each random node fed the eager reference run's own draw.
+
+A model that makes its own noise (a GAN vocoder's ``torch.randn([B, C, T])``, a VAE's or a sampler's) is
+exported with its random nodes: that is the graph a user wants. No run of it can match an eager run that
+draws again, so verification runs a COPY in which each random node's output is replaced by a new graph
+input, fed with the draw the eager reference made at the same place (``random_draws.Recorder``, call
+order). Everything downstream of the draw is then compared as for any model, at sizes the export never
+saw, so a graph that is wrong anywhere else still fails. The written graph is never this copy.
+
+The match is explicit and refused when it does not hold (``DrawsDiffer``, a verification failure of
+kind "draws"): as many random nodes in the graph as draws in the eager call, in the same order; the same
+kind (normal or uniform); and the same shape, which the copy checks by keeping each random node, its output
+renamed and exposed as an output, so the number of values it draws at each size is seen (a ``RandomNormal``
+with the example's shape frozen in fails there). Parameters may differ: the TorchScript exporter writes
+``normal_(0.5, 2.0)`` as a standard ``RandomNormalLike`` followed by ``* 2 + 0.5``; the eager draw is then
+standardised and mapped into the node's own distribution (``x -> m + s * (d - mean) / std``; the bounds
+for uniform numbers), which is the very number that node would have to draw for the graph to compute what
+eager did, so a graph that forgets the scaling still fails. Two draws of the same kind and shape may be
+taken in either order without changing the model's distribution; a graph that takes them in another order
+than eager fails verification (a refusal, never a silent pass).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+from onnx import helper
+
+KINDS = {"RandomNormal": "normal", "RandomNormalLike": "normal",
+         "RandomUniform": "uniform", "RandomUniformLike": "uniform"}
+_UNFED = ("Bernoulli", "Multinomial")  # random nodes no eager draw is fed to
+_PARAMS = {"normal": ("mean", "scale", 0.0, 1.0), "uniform": ("low", "high", 0.0, 1.0)}
+EXPOSED = "__onnx_compat_drawn"  # suffix of the renamed output of a random node in the copy
+
+
+class DrawsDiffer(Exception):
+    """The eager draws cannot be fed to the graph's random nodes; the message says which and why."""
+
+
+@dataclass
+class RandomNode:
+    """One random node of the main graph, in graph order: its output (a graph input in the copy)."""
+
+    name: str
+    op: str
+    output: str
+    kind: str
+    a: float  # mean or low
+    b: float  # scale or high
+    dtype: Optional[int]  # the ``dtype`` attribute, when the node has one
+
+    def describe(self) -> str:
+        return f"{self.op} {self.name or self.output!r}"
+
+
+def random_nodes(proto: onnx.ModelProto) -> List[RandomNode]:
+    """The main graph's random nodes in graph order. A random node inside a subgraph (a ``Loop`` draws at
+    every iteration) or a function, or a node no eager draw can be fed to, is refused: ``DrawsDiffer``."""
+    nested = [n for g in _subgraphs(proto.graph) for n in g.node if n.op_type in KINDS or n.op_type in _UNFED]
+    nested += [n for f in proto.functions for n in f.node if n.op_type in KINDS or n.op_type in _UNFED]
+    if nested:
+        raise DrawsDiffer(f"the graph draws inside a loop, branch or function ({nested[0].op_type} "
+                          f"{nested[0].name!r}), where eager's draws cannot be fed to it")
+    unfed = [n for n in proto.graph.node if n.op_type in _UNFED]
+    if unfed:
+        raise DrawsDiffer(f"the graph holds a {unfed[0].op_type} node ({unfed[0].name!r}), whose draws no eager "
+                          f"draw can stand in for")
+    found = []
+    for node in proto.graph.node:
+        if node.op_type in KINDS:
+            kind = KINDS[node.op_type]
+            first, second, a, b = _PARAMS[kind]
+            attrs = {att.name: helper.get_attribute_value(att) for att in node.attribute}
+            found.append(RandomNode(node.name, node.op_type, node.output[0], kind, float(attrs.get(first, a)),
+                                    float(attrs.get(second, b)), attrs.get("dtype")))
+    return found
+
+
+def _subgraphs(graph: onnx.GraphProto):
+    for node in graph.node:
+        for att in node.attribute:
+            for sub in ([att.g] if att.type == onnx.AttributeProto.GRAPH else list(att.graphs)):
+                yield sub
+                yield from _subgraphs(sub)
+
+
+def verification_copy(proto: onnx.ModelProto, nodes: Sequence[RandomNode], draws) -> onnx.ModelProto:
+    """``proto`` with each random node's output renamed and exposed as an output, and its old name a new
+    graph input of the eager draw's dtype (``draws``: one eager call's, matched to ``nodes`` already)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    by_output = {n.output: n for n in nodes}
+    for node in copy.graph.node:
+        if node.op_type in KINDS and node.output[0] in by_output:
+            node.output[0] += EXPOSED
+            copy.graph.output.append(helper.make_empty_tensor_value_info(node.output[0]))
+    for node, draw in zip(nodes, draws):
+        elem = helper.np_dtype_to_tensor_dtype(draw.value.numpy().dtype)
+        copy.graph.input.append(helper.make_tensor_value_info(node.output, elem, None))
+    kept = [v for v in copy.graph.value_info if v.name not in by_output]
+    del copy.graph.value_info[:]
+    copy.graph.value_info.extend(kept)
+    return copy
+
+
+def check_match(nodes: Sequence[RandomNode], draws, sizes: Dict[str, int]) -> None:
+    """The eager call's draws and the graph's random nodes pair up in order, kind by kind; else
+    ``DrawsDiffer`` naming the first that does not."""
+    unmatched = [d.site for d in draws if not d.kind]
+    if unmatched:
+        raise DrawsDiffer(f"at sizes {sizes} the model draws what no ONNX random node draws ({unmatched[0]})")
+    if len(draws) != len(nodes):
+        raise DrawsDiffer(f"at sizes {sizes} the model drew {len(draws)} times ({_sites(draws)}) but the graph "
+                          f"has {len(nodes)} random nodes ({', '.join(n.describe() for n in nodes)})")
+    for k, (node, draw) in enumerate(zip(nodes, draws)):
+        if node.kind != draw.kind:
+            raise DrawsDiffer(f"draw {k + 1} of the model ({draw.site}) is {draw.kind} but the graph's random "
+                              f"node {k + 1} ({node.describe()}) draws {node.kind} numbers")
+        if node.dtype is not None and node.dtype != helper.np_dtype_to_tensor_dtype(draw.value.numpy().dtype):
+            raise DrawsDiffer(f"draw {k + 1} of the model ({draw.site}) is {draw.value.dtype} but the graph's random "
+                              f"node {k + 1} ({node.describe()}) draws {onnx.TensorProto.DataType.Name(node.dtype)}")
+        if (draw.b == draw.a) if draw.kind == "uniform" else (draw.b == 0):
+            raise DrawsDiffer(f"draw {k + 1} of the model ({draw.site}) is a constant (no spread), which cannot be "
+                              f"mapped onto the graph's random node")
+
+
+def feeds(nodes: Sequence[RandomNode], draws) -> Dict[str, np.ndarray]:
+    """Each node's input in the copy: the eager draw, mapped into the node's own distribution when the
+    parameters differ (exactly the draw when they agree)."""
+    fed = {}
+    for node, draw in zip(nodes, draws):
+        value = draw.value.numpy()
+        if (node.a, node.b) != (draw.a, draw.b):
+            if node.kind == "normal":
+                unit = (value.astype(np.float64) - draw.a) / draw.b
+                value = (node.a + node.b * unit).astype(value.dtype)
+            else:
+                unit = (value.astype(np.float64) - draw.a) / (draw.b - draw.a)
+                value = (node.a + (node.b - node.a) * unit).astype(value.dtype)
+        fed[node.output] = value
+    return fed
+
+
+def check_shapes(nodes: Sequence[RandomNode], draws, by_name: Dict[str, np.ndarray], sizes: Dict[str, int]) -> None:
+    """Each random node, run at these sizes, draws as many values in the same shape as its eager draw."""
+    for k, (node, draw) in enumerate(zip(nodes, draws)):
+        drawn = by_name.get(node.output + EXPOSED)
+        if drawn is None or list(drawn.shape) != list(draw.value.shape):
+            raise DrawsDiffer(f"at sizes {sizes} the graph's random node {k + 1} ({node.describe()}) draws shape "
+                              f"{None if drawn is None else list(drawn.shape)} but the model drew "
+                              f"{list(draw.value.shape)} ({draw.site})")
+
+
+def _sites(draws) -> str:
+    return "; ".join(dict.fromkeys(d.site for d in draws)) or "no draw"
+
+
+Runner = Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]
+
+
+@dataclass
+class Substitution:
+    """The verification copy of a graph with random nodes (``model``: a proto, or a path beside the graph's
+    weights, removed by ``close``) and how each case's eager draws are fed to it."""
+
+    nodes: List[RandomNode]
+    model: Union[str, onnx.ModelProto]
+    written: List[str] = field(default_factory=list)
+    unused: List[str] = field(default_factory=list)  # eager draws no output depends on (no node fed)
+
+    def runner(self, run: Runner, case) -> Runner:
+        """``run`` (the copy's session) with the case's draws fed and their match and shapes checked."""
+        def with_draws(fed: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+            check_match(self.nodes, case.draws, case.sizes)
+            by_name = run({**fed, **feeds(self.nodes, case.draws)})
+            check_shapes(self.nodes, case.draws, by_name, case.sizes)
+            return by_name
+        return with_draws
+
+    def described(self, case) -> List[str]:
+        """Which eager draw each random node was fed, for the report."""
+        fed = [f"{node.describe()} <- {draw.site}" for node, draw in zip(self.nodes, case.draws)]
+        return fed + [f"unused by the outputs, no node: {site}" for site in self.unused]
+
+    def close(self) -> None:
+        for path in self.written:
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def substitution(onnx_model, serialized: Optional[bytes], cases, live: Callable) -> Optional[Substitution]:
+    """The copy that takes eager's draws, when a case drew and the graph has random nodes; None otherwise
+    (a model whose outputs do not depend on its draws is verified as it is). A case that drew more often
+    than the graph has random nodes keeps only the draws its outputs depend on (``live(case)``: a draw
+    overwritten before use, which the exporter drops; named in ``unused``). ``DrawsDiffer`` when the
+    graph's draws cannot take eager's (``random_nodes``, ``check_match`` on the first case that drew)."""
+    drawn = next((c for c in cases if c.draws), None)
+    if drawn is None:
+        return None
+    path = None
+    if isinstance(onnx_model, onnx.ModelProto):
+        proto = onnx_model
+    elif serialized is not None:
+        proto = onnx.load_from_string(serialized)
+    else:  # a graph beside its weights: the copy goes beside them too, and refers to the same files
+        path = os.fspath(onnx_model)
+        proto = onnx.load(path, load_external_data=False)
+    nodes = random_nodes(proto)
+    if not nodes:
+        return None
+    unused = _drop_unused(cases, len(nodes), live)
+    check_match(nodes, drawn.draws, drawn.sizes)
+    copy = verification_copy(proto, nodes, drawn.draws)
+    if path is None:
+        return Substitution(nodes, copy, unused=unused)
+    copied = os.path.splitext(path)[0] + ".draws_fed.onnx"
+    onnx.save(copy, copied)
+    return Substitution(nodes, copied, [copied], unused)
+
+
+def _drop_unused(cases, count: int, live: Callable) -> List[str]:
+    """Each case that drew more than ``count`` times keeps only its live draws; the sites dropped."""
+    dropped: List[str] = []
+    for case in cases:
+        if len(case.draws) > count and all(d.kind for d in case.draws):
+            keep = live(case)
+            dropped += [d.site for d, k in zip(case.draws, keep) if not k and d.site not in dropped]
+            case.draws = [d for d, k in zip(case.draws, keep) if k]
+    return dropped
