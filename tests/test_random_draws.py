@@ -21,7 +21,7 @@ import onnx_compat
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.errors import ExportError, RandomOutputs, VerificationError
 
-from helpers import EXPORTERS, assert_matches, needs_dynamo
+from helpers import EXPORTERS, assert_matches
 
 B, T = Dim("batch"), Dim("time")
 COND_IN, COND_OUT = [TensorSpec("c", [B, 2, T])], [TensorSpec("y", [B, 2, T])]
@@ -97,20 +97,46 @@ class TwoKinds(nn.Module):
 
 
 class ShiftedNormal(nn.Module):
-    """``torch.normal(0.5, 2.0, size)``: dynamo writes a RandomNormalLike with mean 0.5 and scale 2. TorchScript
-    writes a standard RandomNormalLike, then the scaling in double precision on the float draw, a graph ONNX
-    Runtime refuses to load (torch 2.13: "Type parameter (T) of Optype (Mul) bound to different types")."""
+    """``torch.normal(0.5, 2.0, size)`` and ``normal_(-1.0, 0.5)``: dynamo writes RandomNormalLike nodes with
+    mean and scale; TorchScript scales a standard draw in double precision, a graph ONNX Runtime refuses to
+    load (torch 2.13: "Type parameter (T) of Optype (Mul) bound to different types"), so the
+    ``normal_draw_scaled`` patch scales it in float: the graph's nodes are standard, fed the draw mapped."""
+
+    PARAMS = [(-1.0, 0.5), (0.5, 2.0)]  # in call order
 
     def __init__(self):
         super().__init__()
         self.proj = nn.Conv1d(2, 2, 1)
 
     def forward(self, c):
-        return self.proj(c) + torch.normal(0.5, 2.0, size=(c.shape[0], 2, c.shape[2]))
+        bias = torch.empty(c.shape[0], 1, c.shape[2])
+        bias.normal_(-1.0, 0.5)
+        return self.proj(c) * torch.normal(0.5, 2.0, size=(c.shape[0], 2, c.shape[2])) + bias
 
     @staticmethod
     def replay(c):
-        return [torch.normal(0.5, 2.0, size=(c.shape[0], 2, c.shape[2]))]
+        return [torch.empty(c.shape[0], 1, c.shape[2]).normal_(-1.0, 0.5),
+                torch.normal(0.5, 2.0, size=(c.shape[0], 2, c.shape[2]))]
+
+
+class UniformNoise(nn.Module):
+    """``uniform_(-1, 3)`` on an empty tensor: neither exporter has ``aten::uniform``; the
+    ``uniform_draw_scaled`` patch writes a standard RandomUniformLike, scaled."""
+
+    PARAMS = [(-1.0, 3.0)]
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv1d(2, 2, 1)
+
+    def forward(self, c):
+        noise = torch.empty_like(c)
+        noise.uniform_(-1.0, 3.0)
+        return self.proj(c) + noise
+
+    @staticmethod
+    def replay(c):
+        return [torch.empty(c.shape).uniform_(-1.0, 3.0)]
 
 
 class OverwrittenNoise(nn.Module):
@@ -131,7 +157,7 @@ class OverwrittenNoise(nn.Module):
         return [torch.randn([c.shape[0], 4, c.shape[2]])]
 
 
-DRAWING = [NoiseVocoder, Reparametrised, UniformDither, TwoKinds, OverwrittenNoise]
+DRAWING = [NoiseVocoder, Reparametrised, UniformDither, TwoKinds, OverwrittenNoise, ShiftedNormal, UniformNoise]
 NEW_SIZES = [(1, 11), (4, 29)]  # the export example is B=3, T=37 (``spec.example_inputs``)
 
 
@@ -140,34 +166,60 @@ def random_nodes(proto):
 
 
 def fed_outputs(proto, model, c, seed):
-    """The test's own substitution: the graph's random nodes (in graph order) turned into inputs fed with the
-    model's draws replayed from ``seed`` (``replay``: the draws the outputs depend on, the generator consumed as
-    the model does); ONNX Runtime's output and the eager model's on the same draws."""
-    fed = onnx.ModelProto()
-    fed.CopyFrom(proto)
-    nodes = random_nodes(fed)
-    for node in nodes:
-        fed.graph.node.remove(node)
-        fed.graph.input.append(helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, None))
+    """The test's own substitution: the graph's random nodes turned into inputs fed with the model's draws
+    replayed from ``seed`` (``replay``: the draws the outputs depend on, the generator consumed as the model
+    does), each node given the draw of its kind and of the shape it draws at this size (unique in these
+    models), which must be the model's call order; ONNX Runtime's output and the eager model's on the same
+    draws."""
     torch.manual_seed(seed)
     draws = type(model).replay(c)
     torch.manual_seed(seed)
     with torch.no_grad():
         expected = model(c).numpy()
-    if isinstance(model, ShiftedNormal):  # the TorchScript graph draws standard numbers and scales them itself
-        draws = [(d - 0.5) / 2.0 if _standard(n) else d for d, n in zip(draws, nodes)]
+    params = getattr(model, "PARAMS", [(0.0, 1.0)] * len(draws))
+    fed = onnx.ModelProto()
+    fed.CopyFrom(proto)
+    nodes = random_nodes(fed)
+    signatures = [("Normal" in n.op_type, shape) for n, shape in zip(nodes, _drawn_shapes(proto, c))]
+    wanted = [(kind == "normal", tuple(d.shape)) for d, kind in zip(draws, _kinds(model, len(draws)))]
+    assert sorted(signatures) == sorted(wanted) and len(set(wanted)) == len(wanted), (signatures, wanted)
+    order = [wanted.index(s) for s in signatures]
+    assert order == sorted(order), f"the graph's random nodes are not in the model's call order: {signatures}"
+    draws = [_into(node, draws[k], *params[k]) for node, k in zip(nodes, order)]
+    for node in nodes:
+        fed.graph.node.remove(node)
+        fed.graph.input.append(helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, None))
     feeds = {"c": c.numpy(), **{n.output[0]: d.numpy() for n, d in zip(nodes, draws)}}
     sess = ort.InferenceSession(fed.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)[0], expected
 
 
-def _standard(node) -> bool:
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    return attrs.get("mean", 0.0) == 0.0 and attrs.get("scale", 1.0) == 1.0
+def _drawn_shapes(proto, c):
+    """The shape each random node draws at ``c``'s size: the graph as written, its random outputs exposed."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(proto)
+    for node in random_nodes(probe):
+        probe.graph.output.append(helper.make_empty_tensor_value_info(node.output[0]))
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [tuple(v.shape) for v in sess.run(None, {"c": c.numpy()})[len(proto.graph.output):]]
 
 
-@pytest.mark.parametrize("exporter, model_class", [(e, m) for e in EXPORTERS for m in DRAWING] +
-                         [("dynamo", ShiftedNormal)] * ("dynamo" in EXPORTERS),
+def _kinds(model, count):
+    return {TwoKinds: ["normal", "uniform"], UniformDither: ["uniform"], UniformNoise: ["uniform"]}.get(
+        type(model), ["normal"] * count)
+
+
+def _into(node, draw, a, b):
+    """The model's draw of parameters ``a``, ``b`` as the number ``node`` (of its own parameters) must draw."""
+    attrs = {k.name: helper.get_attribute_value(k) for k in node.attribute}
+    first, second = ("mean", "scale") if "Normal" in node.op_type else ("low", "high")
+    node_a, node_b = attrs.get(first, 0.0), attrs.get(second, 1.0)
+    if "Normal" in node.op_type:
+        return node_a + node_b * (draw - a) / b
+    return node_a + (node_b - node_a) * (draw - a) / (b - a)
+
+
+@pytest.mark.parametrize("exporter, model_class", [(e, m) for e in EXPORTERS for m in DRAWING],
                          ids=lambda v: getattr(v, "__name__", v))
 def test_a_drawing_model_exports_with_its_random_nodes_and_is_verified_with_eager_draws(exporter, model_class,
                                                                                         tmp_path):
@@ -182,6 +234,9 @@ def test_a_drawing_model_exports_with_its_random_nodes_and_is_verified_with_eage
                    c["draws"][1] for c in report.verification)
     assert any("draws random numbers" in f and "test_random_draws.py:" in f for f in report.findings)
     proto = onnx.load(str(path))
+    acted = {name for a in report.attempts if a.ok for name in a.acted}
+    if model_class is UniformNoise or (model_class is ShiftedNormal and exporter == "torchscript"):
+        assert acted & {"uniform_draw_scaled", "normal_draw_scaled"}, acted
     kinds = [n.op_type for n in random_nodes(proto)]
     assert len(kinds) == len(model_class.replay(torch.zeros(1, 2, 3))), kinds  # the written graph still draws
     for k, (b, t) in enumerate(NEW_SIZES):
@@ -250,33 +305,21 @@ def _with_params(node, mean: float, scale: float) -> None:
     node.attribute.extend(kept + [helper.make_attribute("mean", mean), helper.make_attribute("scale", scale)])
 
 
-@needs_dynamo
-def test_a_node_of_other_parameters_is_fed_the_draw_mapped_into_its_own_distribution(tmp_path):
-    """``torch.normal(0.5, 2.0, size)`` drawn by a standard node the graph then scales (what TorchScript writes)
-    verifies: the eager draw d is fed as (d - 0.5) / 2. A graph that scales the draw twice (mean 3, scale 5
-    on the node, the graph's own ``+ c`` after it) or forgets to scale a standard draw fails: the value fed
-    is always the one the node must draw for the graph to compute what eager did."""
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_node_of_other_parameters_is_fed_the_draw_mapped_into_its_own_distribution(exporter, tmp_path):
+    """``normal_(-1, 0.5)`` and ``torch.normal(0.5, 2.0, size)``: TorchScript's (patched) graph draws standard
+    numbers and scales them itself, dynamo's nodes carry mean and scale; both verify (the eager draw d of
+    N(0.5, 2) is fed to a standard node as (d - 0.5) / 2). Nodes given other parameters (mean 3 and scale 5:
+    scaled twice; a dynamo node made standard: never scaled) fail, as the value fed is always the number the
+    node must draw for the graph to compute what eager did."""
     model = ShiftedNormal().eval()
-    proto = _exported(model, "dynamo", tmp_path)
-    node = random_nodes(proto)[0]
-    assert [(a.name, helper.get_attribute_value(a)) for a in node.attribute if a.name in ("mean", "scale")] == \
-        [("scale", 2.0), ("mean", 0.5)] or {a.name for a in node.attribute} >= {"mean", "scale"}
-    standard = onnx.ModelProto()
-    standard.CopyFrom(proto)
-    node = random_nodes(standard)[0]
-    _with_params(node, 0.0, 1.0)
-    unit, drawn = node.output[0] + "_unit", node.output[0]
-    node.output[0] = unit
-    at = list(standard.graph.node).index(node) + 1
-    standard.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"),
-                                       onnx.numpy_helper.from_array(np.array(0.5, np.float32), "half")])
-    standard.graph.node.insert(at, helper.make_node("Mul", [unit, "two"], [unit + "_scaled"]))
-    standard.graph.node.insert(at + 1, helper.make_node("Add", [unit + "_scaled", "half"], [drawn]))
-    assert all(c.ok for c in _verify(standard, model))
-    for mean, scale in ((3.0, 5.0), (0.0, 1.0)):  # scaled twice; a standard draw never scaled
+    proto = _exported(model, exporter, tmp_path)
+    assert all(c.ok for c in _verify(proto, model))
+    for mean, scale in [(3.0, 5.0)] + [(0.0, 1.0)] * (exporter == "dynamo"):
         wrong = onnx.ModelProto()
         wrong.CopyFrom(proto)
-        _with_params(random_nodes(wrong)[0], mean, scale)
+        for node in random_nodes(wrong):
+            _with_params(node, mean, scale)
         with pytest.raises(VerificationError, match=r"output 'y' max abs err"):
             _verify(wrong, model)
 
@@ -345,6 +388,22 @@ def test_a_random_model_exports_unproven_with_verify_false(tmp_path):
     report = onnx_compat.export(Shuffled("multinomial").eval(), str(path), COND_IN, COND_OUT,
                                 exporter="torchscript", verify=False)
     assert path.exists() and report.verification == []
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_the_draws_with_parameters_fail_a_plain_export(exporter):
+    """What the ``normal_draw_scaled`` and ``uniform_draw_scaled`` patches remove: neither exporter has
+    ``aten::uniform``; TorchScript draws ``normal_``/``torch.normal`` in double precision and returns a double
+    output where eager's is float32 (or, when the draw meets a float tensor, a graph ONNX Runtime does not load:
+    "Type parameter (T) of Optype (Mul) bound to different types")."""
+    from helpers import export
+    from onnx_compat.testing import assert_fails_as_recorded
+    dynamic = {0: {0: "batch", 2: "time"}}
+    assert_fails_as_recorded(lambda: export(UniformNoise().eval(), (torch.randn(3, 2, 37),), exporter, dynamic),
+                             ("aten::uniform", "uniform"))
+    if exporter == "torchscript":
+        proto = export(ShiftedNormal().eval(), (torch.randn(3, 2, 37),), exporter, dynamic)
+        assert proto.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.DOUBLE  # eager: float32
 
 
 def test_a_plain_export_of_a_noise_drawing_model_is_never_checked():

@@ -28,3 +28,4 @@ from onnx_compat.patches import lengths  # noqa: F401
 from onnx_compat.patches import int_calls  # noqa: F401
 from onnx_compat.patches import int_types  # noqa: F401
 from onnx_compat.patches import linalg  # noqa: F401
+from onnx_compat.patches import draws  # noqa: F401

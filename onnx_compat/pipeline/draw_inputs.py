@@ -15,12 +15,15 @@ with the example's shape frozen in fails there). Parameters may differ: the Torc
 ``normal_(0.5, 2.0)`` as a standard ``RandomNormalLike`` followed by ``* 2 + 0.5``; the eager draw is then
 standardised and mapped into the node's own distribution (``x -> m + s * (d - mean) / std``; the bounds
 for uniform numbers), which is the very number that node would have to draw for the graph to compute what
-eager did, so a graph that forgets the scaling still fails. Two draws of the same kind and shape may be
-taken in either order without changing the model's distribution; a graph that takes them in another order
-than eager fails verification (a refusal, never a silent pass).
+eager did, so a graph that forgets the scaling still fails. Nodes and draws pair up in the export's order,
+which is the model's call order (a TorchScript trace and an FX graph list the calls as they ran); ONNX
+Runtime's cleanup sorts independent nodes its own way, so the pipeline puts them back in the export's
+order (``in_call_order``), in the file written too. A graph whose nodes do not pair up that way fails: a
+refusal, never a silent pass.
 """
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Union
@@ -56,9 +59,63 @@ class RandomNode:
         return f"{self.op} {self.name or self.output!r}"
 
 
+def in_call_order(cleaned: onnx.ModelProto, exported: onnx.ModelProto) -> bool:
+    """The random nodes of ``cleaned`` put back in the order they have in ``exported``, the model's call order
+    (a TorchScript trace and an FX graph list the calls as they ran; ONNX Runtime's cleanup sorts
+    independent nodes its own way). The nodes are sorted again topologically, each known node at its
+    place in the export and every other one as soon as its inputs are there, so the graph computes the
+    same. Whether anything moved."""
+    before = [n.name for n in exported.graph.node if n.op_type in KINDS]
+    now = [n.name for n in cleaned.graph.node if n.op_type in KINDS]
+    if len(now) < 2 or [name for name in before if name in now] == now:
+        return False
+    place = {n.name: k for k, n in enumerate(exported.graph.node) if n.name}
+    nodes = _sorted(list(cleaned.graph.node), lambda node: place.get(node.name, -1))
+    if nodes is None:
+        return False
+    copies = [onnx.NodeProto() for _ in nodes]
+    for copy, node in zip(copies, nodes):
+        copy.CopyFrom(node)
+    del cleaned.graph.node[:]
+    cleaned.graph.node.extend(copies)
+    return True
+
+
+def _sorted(nodes: List[onnx.NodeProto], priority: Callable) -> Optional[List[onnx.NodeProto]]:
+    """``nodes`` in a topological order that takes the ready node of lowest ``priority`` first (Kahn's
+    algorithm); None on a cycle. A node's inputs include the outer names its subgraphs read."""
+    produced = {name: k for k, node in enumerate(nodes) for name in node.output if name}
+    users: List[List[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for k, node in enumerate(nodes):
+        for j in {produced[name] for name in _reads(node) if name in produced and produced[name] != k}:
+            users[j].append(k)
+            waiting[k] += 1
+    ready = [(priority(node), k) for k, node in enumerate(nodes) if not waiting[k]]
+    heapq.heapify(ready)
+    order: List[int] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for user in users[k]:
+            waiting[user] -= 1
+            if not waiting[user]:
+                heapq.heappush(ready, (priority(nodes[user]), user))
+    return [nodes[k] for k in order] if len(order) == len(nodes) else None
+
+
+def _reads(node: onnx.NodeProto):
+    yield from node.input
+    for att in node.attribute:
+        for sub in ([att.g] if att.type == onnx.AttributeProto.GRAPH else list(att.graphs)):
+            for inner in sub.node:
+                yield from _reads(inner)
+
+
 def random_nodes(proto: onnx.ModelProto) -> List[RandomNode]:
-    """The main graph's random nodes in graph order. A random node inside a subgraph (a ``Loop`` draws at
-    every iteration) or a function, or a node no eager draw can be fed to, is refused: ``DrawsDiffer``."""
+    """The main graph's random nodes in graph order (``in_call_order``: the model's call order). A random
+    node inside a subgraph (a ``Loop`` draws at every iteration) or a function, or a node no eager draw can
+    be fed to, is refused: ``DrawsDiffer``."""
     nested = [n for g in _subgraphs(proto.graph) for n in g.node if n.op_type in KINDS or n.op_type in _UNFED]
     nested += [n for f in proto.functions for n in f.node if n.op_type in KINDS or n.op_type in _UNFED]
     if nested:

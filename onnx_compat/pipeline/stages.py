@@ -23,7 +23,7 @@ import torch
 from onnx_compat import graph
 from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
-from onnx_compat.pipeline import capture, dims, first_cause, releases
+from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releases
 from onnx_compat.pipeline.files import content_hash, write_atomically
 from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
@@ -216,6 +216,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         cleaned, sess = cleaning.result()
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
         cleaned, sess = proto, None
+    draw_inputs.in_call_order(cleaned, proto)  # node order only: the session computes the same
     _check_cleaned_dims(cleaned, proto, request, weights, references)
     t1 = time.perf_counter()
     record.timings["cleanup"] = t1 - t0

@@ -168,6 +168,8 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     session already made from ``onnx_model`` to run the checks in. ``cases``: the
     ``reference_cases`` already computed (else they are, while ONNX Runtime loads the model).
     ``serialized``: ``onnx_model`` as bytes already (the exporter's own), checked and loaded as they are.
+    A model that draws random numbers is verified with its eager draws fed to the graph's random nodes
+    (``draw_inputs.py``), paired in the graph's order, the model's call order as exported.
     """
     others = as_runtimes(runtimes)
     check_examples(inputs, examples)  # a malformed example is the error, before anything loads
