@@ -378,6 +378,52 @@ class PadMaskAttention(_DeclaresLengths):
         return (out * keep).sum(1) / keep.sum(1)
 
 
+class FramedLengths(_DeclaresLengths):
+    """A strided front end whose frame lengths are computed from the sample lengths, the frames then masked by
+    those (espnet's STFT: ``olens = (ilens + 2 * pad - n_fft) // hop + 1``, then ``make_pad_mask(olens, ...)``).
+    ``form``: how the frame lengths are computed and read (floor division and the list's max; trunc division,
+    ``.long()`` and the frames' time size; ceil of a true division and ``max().item()``; ``int(max())``; floor
+    division in place on a copy)."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form, self.conv = form, nn.Conv1d(8, 8, 4, stride=2, padding=1)  # frames (T + 2 - 4) // 2 + 1
+        self.pick = nn.Conv1d(8, 8, 1, stride=2)  # frames (T - 1) // 2 + 1, ceil(T / 2)
+
+    def body(self, x, lengths):
+        h = x.transpose(1, 2)
+        if self.form == "ceil_item":
+            frames, olens = self.pick(h), torch.ceil(lengths / 2).long()
+        elif self.form == "trunc_input":
+            frames, olens = self.conv(h), torch.div(lengths + 2 - 4, 2, rounding_mode="trunc") + 1
+        elif self.form == "in_place":
+            frames, olens = self.conv(h), lengths.clone()
+            olens -= 2
+            olens //= 2
+            olens += 1
+        else:
+            frames, olens = self.conv(h), (lengths - 2) // 2 + 1
+        frames = frames.transpose(1, 2)
+        if self.form == "ceil_item":
+            pad = torch.arange(olens.max().item())[None, :] >= olens[:, None]
+        elif self.form == "floor_int":
+            pad = torch.arange(int(olens.max()))[None, :] >= olens[:, None]
+        else:
+            pad = _make_pad_mask(olens.long(), frames, 1) if self.form == "trunc_input" else _make_pad_mask(olens)
+        keep = (~pad)[..., None].to(x.dtype)
+        return (frames * keep).sum(1) / olens[:, None].to(x.dtype)
+
+
+class OffsetLengths(_DeclaresLengths):
+    """Left-padding offsets ``T - lengths`` read back as a list: a function that does not keep the longest
+    length, so the offsets' values are no function of the padded dim."""
+
+    def body(self, x, lengths):
+        offsets = x.size(1) - lengths
+        pad = _make_pad_mask(offsets)
+        return x[:, :pad.shape[1]].sum(1) * pad.sum(1, keepdim=True)
+
+
 class CheckedLengths(_DeclaresLengths):
     """The input's time size checked against the longest length (``assert x.size(1) == lengths.max().item()``)
     in a model whose reduction dims come from ``torch.arange(...).tolist()`` (asteroid's global norm), which

@@ -12,14 +12,14 @@ import torch.nn.functional as F
 
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
-from onnx_compat.errors import SpecError
+from onnx_compat.errors import SpecError, UnsupportedPattern
 from onnx_compat.int_ranges import IntRangeError, infer_int_ranges
 from onnx_compat.patches.checks import check_outcome
 from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
 from pattern_models import (PadMaskAttention, BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, DivmodSize,
-                            BufferFlags, FrameSolve, SqueezeWide,
+                            BufferFlags, FrameSolve, FramedLengths, OffsetLengths, SqueezeWide,
                             Int32LengthsSquare, IntOrLengths, KernelSizedWindows, LengthsList, LengthsMask,
                             NumpyDtype, RotaryQuery, TrimmedToLongest)
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
@@ -156,6 +156,21 @@ LENGTHS_CASES = {
     "pad_mask_from_list_sized_by_input": (lambda: PadMaskAttention("input"), _padded_batch, _LENGTHS_AXES,
                                           ("torchscript", "dynamo"), {"torchscript": "ONNX Runtime gives shape",
                                                                      "dynamo": "data-dependent expression"}),
+    # frame lengths computed from the declared lengths (espnet's STFT olens, a conv subsampling), then read as the
+    # declared ones are: their longest is the same function of the padded dim
+    "derived_lengths_pad_mask": (lambda: FramedLengths("floor_list"), _padded_batch, _LENGTHS_AXES,
+                                 ("torchscript", "dynamo"),
+                                 {"torchscript": _BROADCAST, "dynamo": "data-dependent expression"}),
+    "derived_lengths_sized_by_frames": (lambda: FramedLengths("trunc_input"), _padded_batch, _LENGTHS_AXES,
+                                        ("torchscript", "dynamo"), {"torchscript": "ONNX Runtime gives shape",
+                                                                   "dynamo": "data-dependent expression"}),
+    "derived_lengths_ceil_item": (lambda: FramedLengths("ceil_item"), _padded_batch, _LENGTHS_AXES,
+                                  ("torchscript", "dynamo"), {"torchscript": _BROADCAST}),
+    "derived_lengths_int_max": (lambda: FramedLengths("floor_int"), _padded_batch, _LENGTHS_AXES,
+                                ("torchscript", "dynamo"), {"torchscript": _BROADCAST}),
+    "derived_lengths_in_place": (lambda: FramedLengths("in_place"), _padded_batch, _LENGTHS_AXES,
+                                 ("torchscript", "dynamo"),
+                                 {"torchscript": _BROADCAST, "dynamo": "data-dependent expression"}),
     # the traced maximum is dynamic by itself under TorchScript: the patch must leave it so
     "longest_torch_max": (lambda: LengthsMask("torch_max"), _padded_batch, _LENGTHS_AXES, ("torchscript",), {}),
     # the check stops the non-strict dynamo trace the other patches (constant_values) work in
@@ -294,6 +309,36 @@ def test_lengths_read_per_sequence_is_refused_naming_the_line():
         export(LengthsList(), _padded_batch(2, 37, torch.Generator().manual_seed(0)), "dynamo", _LENGTHS_AXES)
     text = str(raised.value)
     assert f"pattern_models.py:{_line_of(LengthsList, 'enumerate(')}" in text and "dynamic batch" in text, text[-800:]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_lengths_by_a_function_that_loses_the_longest_are_refused_naming_both_lines(exporter):
+    """``T - lengths`` read back as a list: its values are no function of the padded dim, so the read is refused,
+    naming the line that read them and the line that computed them, before anything is exported."""
+    with onnx_compat.patched(), pytest.raises(Exception) as raised:
+        export(OffsetLengths(), _padded_batch(2, 37, torch.Generator().manual_seed(0)), exporter, _LENGTHS_AXES)
+    text = str(raised.value)
+    import pattern_models
+    read = next(i for i, line in enumerate(open(pattern_models.__file__), 1) if "lengths = lengths.tolist()" in line)
+    assert f"pattern_models.py:{read}: reads lengths.tolist()" in text, text[-800:]
+    assert f"a number minus the lengths at " in text and \
+        f"pattern_models.py:{_line_of(OffsetLengths, 'x.size(1) - lengths')}" in text, text[-800:]
+    if exporter == "torchscript":
+        assert isinstance(raised.value, UnsupportedPattern)
+
+
+@needs_dynamo
+def test_derived_maxima_stay_symbolic_in_the_non_strict_trace(monkeypatch):
+    """The dynamo exporter's first capture (non-strict torch.export) sees the frame lengths' longest as
+    ceil(T / 2) of the time symbol; without the strict retry (which exports this form by itself) it still
+    verifies at other sizes."""
+    strategies = pytest.importorskip("torch.onnx._internal.exporter._capture_strategies")
+    monkeypatch.setattr(strategies, "CAPTURE_STRATEGIES", (strategies.TorchExportNonStrictStrategy,))
+    case = next(c for c in LENGTH_PATTERN_CASES if c.name == "derived_lengths_ceil_item")
+    model = case.model()
+    with onnx_compat.patched():
+        proto = case.export(model, "dynamo")
+    case.assert_matches(proto, model)
 
 
 def test_longest_length_through_export(tmp_path):

@@ -30,13 +30,19 @@ dynamo, naming the line. ``int()`` of the maximum must return a
 Python int: under TorchScript the model's ``int`` calls are pointed at one that
 keeps the traced size while it traces (``int_calls.py``); under dynamo torch's
 own strict retry keeps ``int(lengths.max())`` symbolic.
+
+Lengths computed from a declared input keep the convention when the function keeps the maximum (frame
+lengths ``(lengths - k) // s + 1``, ``ceil(lengths / s)``, casts): all the reads above of such lengths give
+that function of the padded dim, which a mode follows them for while the model runs
+(``_derived_lengths.py``). Lengths computed by a function that does not (``T - lengths``) are refused when
+read back as a list, naming the line that read them and the line that computed them.
 """
 from __future__ import annotations
 
 import contextlib
 import warnings
 import weakref
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -45,12 +51,37 @@ from onnx_compat.patches.registry import Patch, register
 from .loops import _listed, called_name
 from .recurrent import _refuse
 from .when import any_exporting, dynamo_exporting, torchscript_exporting
+from ._derived_lengths import Derived, Follow
 from ._warning_site import model_frame, said_at
 
-# id(tensor) -> (the tensor, the padded tensor, its axis, the lengths' name)
-_declared: Dict[int, Tuple[weakref.ref, weakref.ref, int, str]] = {}
+class Declared:
+    """A lengths input declared for dim ``axis`` of ``padded`` (its ONNX name ``name``)."""
+
+    def __init__(self, tensor: torch.Tensor, padded: torch.Tensor, axis: int, name: str):
+        self.ref, self.padded_ref, self.axis, self.name = weakref.ref(tensor), weakref.ref(padded), axis, name
+
+    def size(self, lengths: torch.Tensor, frame):
+        """The padded dim as the exporter traces it: a 0-d tensor from the traced shape (TorchScript), the
+        dim's symbol (dynamo)."""
+        padded = self.padded_ref()
+        if torchscript_exporting():
+            longest, size = _example_max(lengths), int(padded.shape[self.axis])
+            if longest != size:
+                raise SpecError(f"{_where(frame)}: reads the longest of lengths {self.name!r} as the padded dim "
+                                f"{self.axis} (a declared lengths input means the padded dim is the longest length), "
+                                f"but the example's longest length is {longest}, shorter than the padded {size}: a "
+                                f"model that needs its longest sequence shorter than the padding cannot be exported "
+                                f"this way")
+            return torch._shape_as_tensor(padded)[self.axis]
+        return padded.shape[self.axis]
+
+
+# id(tensor) -> its declaration
+_declared: Dict[int, Declared] = {}
 # id(a maximum read as the padded size) -> (that tensor, the size: a traced 0-d tensor or a SymInt)
 _padded: Dict[int, Tuple[weakref.ref, object]] = {}
+# the mode that follows declared lengths through the functions that keep their maximum (_derived_lengths.py)
+_follow: List[Follow] = []
 
 
 def wanted() -> bool:
@@ -67,7 +98,7 @@ def declare(tensors: Sequence[torch.Tensor], lengths: Mapping[int, Tuple[int, in
     for i, (j, axis, name) in lengths.items():
         lengths_tensor, padded = tensors[i], tensors[j]
         if isinstance(lengths_tensor, torch.Tensor) and isinstance(padded, torch.Tensor):
-            _declared[id(lengths_tensor)] = (weakref.ref(lengths_tensor), weakref.ref(padded), axis, name)
+            _declared[id(lengths_tensor)] = Declared(lengths_tensor, padded, axis, name)
             keys.append(id(lengths_tensor))
     return keys
 
@@ -75,11 +106,19 @@ def declare(tensors: Sequence[torch.Tensor], lengths: Mapping[int, Tuple[int, in
 @contextlib.contextmanager
 def declared(tensors: Sequence[torch.Tensor], lengths: Mapping[int, Tuple[int, int, str]]):
     """While the block runs the model on ``tensors``, their lengths are declared (``declare``) when an export
-    traces; otherwise nothing happens."""
+    traces, and followed through the functions that keep their maximum; otherwise nothing happens."""
     keys = declare(tensors, lengths) if lengths and wanted() else []
+    mode = Follow(_entry, torchscript_exporting(), padded_size_of) if keys and not _follow else None
     try:
-        yield
+        if mode is None:
+            yield
+        else:
+            _follow.append(mode)
+            with mode:
+                yield
     finally:
+        if mode is not None:
+            _follow.remove(mode)
         forget(keys)
 
 
@@ -92,9 +131,43 @@ def forget(keys) -> None:
     _batch.clear()
 
 
+@contextlib.contextmanager
+def _untracked():
+    """Reads of the example's own values (for a check) that no patch or follower sees."""
+    global _paused
+    paused, _paused = _paused, True
+    for mode in _follow:
+        mode.paused = True
+    try:
+        yield
+    finally:
+        _paused = paused
+        for mode in _follow:
+            mode.paused = paused
+
+
+_paused = False
+
+
+def _example_max(tensor: torch.Tensor) -> int:
+    with _untracked(), warnings.catch_warnings():  # the example's own numbers, read for this check only
+        warnings.simplefilter("ignore")
+        return int(tensor.detach().max())
+
+
 def _entry(tensor):
-    hit = _declared.get(id(tensor)) if isinstance(tensor, torch.Tensor) else None
-    return hit if hit is not None and hit[0]() is tensor else None
+    """The declaration of a lengths input, or the record of lengths derived from one (``Derived``)."""
+    if _paused or not isinstance(tensor, torch.Tensor):
+        return None
+    derived = _follow[0].find(tensor) if _follow else None
+    if derived is not None or _broken(tensor) is not None:  # an in-place op may have made it either
+        return derived
+    hit = _declared.get(id(tensor))
+    return hit if hit is not None and hit.ref() is tensor else None
+
+
+def _broken(tensor):
+    return _follow[0].find_broken(tensor) if _follow and isinstance(tensor, torch.Tensor) else None
 
 
 def _where(frame) -> str:
@@ -102,21 +175,11 @@ def _where(frame) -> str:
 
 
 def _padded_size(entry, lengths: torch.Tensor, frame):
-    """The padded dim as the exporter traces it: a 0-d tensor from the traced shape (TorchScript), the
-    dim's symbol (dynamo)."""
-    _, padded_ref, axis, name = entry
-    padded = padded_ref()
-    if torchscript_exporting():
-        with warnings.catch_warnings():  # the example's own numbers, read for this check only
-            warnings.simplefilter("ignore")
-            longest, size = int(lengths.detach().max()), int(padded.shape[axis])
-        if longest != size:
-            raise SpecError(f"{_where(frame)}: reads the longest of lengths {name!r} as the padded dim {axis} "
-                             f"(a declared lengths input means the padded dim is the longest length), but the "
-                             f"example's longest length is {longest}, shorter than the padded {size}: a model "
-                             f"that needs its longest sequence shorter than the padding cannot be exported this way")
-        return torch._shape_as_tensor(padded)[axis]
-    return padded.shape[axis]
+    """The longest of ``lengths`` as the exporter traces it: the padded dim, or the function of it that
+    derived lengths were computed by."""
+    if isinstance(entry, Derived):
+        return entry.size(lengths, frame, torchscript_exporting(), _example_max)
+    return entry.size(lengths, frame)
 
 
 def _maximum(entry, lengths, frame):
@@ -164,7 +227,7 @@ class LengthsList(list):
 
     def _refused(self):
         _refuse(f"{_where(model_frame())}: uses lengths.tolist() (read at {self.where}) of the lengths input "
-                f"{self.entry[3]!r} item by item: one number per sequence of the batch, a Python list as long as "
+                f"{self.entry.name!r} item by item: one number per sequence of the batch, a Python list as long as "
                 f"the dynamic batch. Read the longest as lengths.max() (the padded dim), the batch as "
                 f"len(...) of it, or write it with tensor ops over the lengths")
 
@@ -246,10 +309,18 @@ def read(wrapped, instance, args, kwargs):
         return as_lengths(wrapped, instance, args, kwargs)
     if wrapped.__name__ == "tolist" and _entry(instance) is not None:
         return _tolist(wrapped, instance, args, kwargs)
+    if wrapped.__name__ == "tolist" and _broken(instance) is not None:
+        _refuse_read(_broken(instance), "lengths.tolist()")
     hit = _padded.get(id(instance))
     if hit is None or hit[0]() is not instance or args or kwargs:
         return None
     return hit[1]
+
+
+def _refuse_read(broken, read: str):
+    """Lengths computed by a function that does not keep their maximum, read back as numbers: the graph would
+    hold the example's (TorchScript) or a batch as long as the example's (dynamo)."""
+    _refuse(broken.refusal(read, _where(model_frame())))
 
 
 def padded_size_of(tensor: torch.Tensor):
