@@ -622,3 +622,113 @@ class BatchLengthRegulator(nn.Module):
             return pad_sequence([h.repeat_interleave(d, dim=0) for h, d in rows], batch_first=True)
         return pad_sequence([torch.repeat_interleave(h, d, dim=0) for h, d in zip(x, durations)],
                             batch_first=True, padding_value=-1.0)
+
+
+# --- the same regulator padded by hand, guarded against all-zero durations (espnet's FastSpeech) -----------
+
+def pad_into_buffer(rows, pad_value, form="new_fill"):
+    """A list of ``[T_i, D]`` rows padded into a fresh ``[B, max T_i, D]`` buffer, one slice store per row
+    (espnet's ``pad_list``; ``new_zeros``/``new_full``: the same with the buffer made filled)."""
+    n_batch = len(rows)
+    max_len = max(x.size(0) for x in rows)
+    if form == "new_zeros":  # padded with zeros whatever pad_value says
+        pad = rows[0].new_zeros(n_batch, max_len, *rows[0].size()[1:])
+    elif form == "new_full":
+        pad = rows[0].new_full((n_batch, max_len) + tuple(rows[0].shape[1:]), pad_value)
+    elif form == "torch_zeros":  # a buffer of len(rows) rows, not made from a row
+        pad = torch.zeros(n_batch, max_len, *rows[0].size()[1:], dtype=rows[0].dtype)
+    else:
+        pad = rows[0].new(n_batch, max_len, *rows[0].size()[1:]).fill_(pad_value)
+    for i in range(n_batch):
+        pad[i, :rows[i].size(0)] = rows[i]
+    return pad
+
+
+class PaddedByHandRegulator(nn.Module):
+    """A FastSpeech length regulator as espnet writes it: all-zero durations repaired in a branch on their
+    sum (a warning and a masked store; ``repair="rebound"``: a body that binds a name instead, ``"none"``: no
+    branch), each utterance expanded on its own, padded by hand."""
+
+    def __init__(self, form="new_fill", pad_value=0.0, repair="masked"):
+        super().__init__()
+        self.form, self.pad_value, self.repair = form, pad_value, repair
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, durations):  # [B, T, 8], [B, T] -> [B, max total duration, 8]
+        ds = durations.clone()  # the repair writes into it; the caller's tensor stays as it was
+        ds = {"masked": self.repaired, "rebound": self.rebound, "none": lambda d: d}[self.repair](ds)
+        rows = [torch.repeat_interleave(h, d, dim=0) for h, d in zip(self.proj(x), ds)]
+        return pad_into_buffer(rows, self.pad_value, self.form)
+
+    @staticmethod
+    def repaired(ds):
+        if ds.sum() == 0:
+            warnings.warn("all durations are 0: each utterance's are set to 1")
+            ds[ds.sum(dim=1).eq(0)] = 1
+        return ds
+
+    @staticmethod
+    def rebound(ds):  # a body that binds a name: real control flow
+        if ds.sum() == 0:
+            ds = ds + 1
+        return ds
+
+
+class RepairedDurations(nn.Module):
+    """The repairing branch alone: durations of all zeros set to one per token, then used as frame weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, durations):  # [B, T, 8], [B, T] -> [B, T, 8]
+        ds = PaddedByHandRegulator.repaired(durations.clone())
+        return self.proj(x) * ds[..., None]
+
+
+# which branch of ``if ...:`` is a repair (bytecode forms; ``checks.repair_entry``)
+
+def _repair_form(ds):
+    if ds.sum() == 0:
+        warnings.warn("all zero")
+        ds[ds.sum(dim=1).eq(0)] = 1
+    return ds
+
+
+def _repair_negated_form(ds):
+    if not ds.any():
+        ds[0] = 1
+    return ds
+
+
+def _repair_else_form(ds):
+    if ds.sum() == 0:
+        ds[0] = 1
+    else:
+        ds[1] = 2
+    return ds
+
+
+def _rebind_form(ds):
+    if ds.sum() == 0:
+        ds = ds + 1
+    return ds
+
+
+def _augmented_form(ds):
+    if ds.sum() == 0:
+        ds[:, 0] += 1
+    return ds
+
+
+def _in_place_call_form(ds):
+    if ds.sum() == 0:
+        ds[0] = ds[1].clamp_(min=1)
+    return ds
+
+
+def _call_form(ds):
+    if ds.sum() == 0:
+        ds[0] = 1
+        np.copyto(ds.numpy(), 1)
+    return ds

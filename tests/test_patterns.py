@@ -18,8 +18,8 @@ from onnx_compat.patches.checks import check_outcome
 from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
-from pattern_models import (PadMaskAttention, BatchLengthRegulator, CheckedLengths, ComplexBuffer, ComplexPadUnfold, DivmodSize,
-                            BufferFlags, FrameSolve, FramedLengths, OffsetLengths, SqueezeWide,
+from pattern_models import (PadMaskAttention, BatchLengthRegulator, PaddedByHandRegulator, CheckedLengths, ComplexBuffer,
+                            ComplexPadUnfold, DivmodSize, BufferFlags, FrameSolve, FramedLengths, OffsetLengths, SqueezeWide,
                             Int32LengthsSquare, IntOrLengths, KernelSizedWindows, LengthsList, LengthsMask,
                             NumpyDtype, RotaryQuery, TrimmedToLongest)
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
@@ -134,6 +134,7 @@ def _durations(B, T, g):
 
 
 _LENGTHS_AXES = {0: {0: "b", 1: "t"}, 1: {0: "b"}}
+_REGULATOR_AXES = {0: {0: "b", 1: "t"}, 1: {0: "b", 1: "t"}}
 _BROADCAST = "Attempting to broadcast an axis"  # ONNX Runtime, the example's longest length baked
 LENGTHS_CASES = {
     # dynamo exports this form by itself (its strict retry): the patches must not break it
@@ -196,6 +197,17 @@ LENGTHS_CASES = {
     "unrolled_batch_loop_regulator": (lambda: BatchLengthRegulator("unbind"), _durations,
                                       {0: {0: "b", 1: "t"}, 1: {0: "b", 1: "t"}}, ("torchscript",),
                                       {"torchscript": "Split size 1 exceeds"}),
+    # espnet's FastSpeech regulator (second sweep): all-zero durations repaired in a branch on their sum, then the
+    # rows padded by hand into a fresh buffer (pad_list: rows[0].new(...).fill_(v), one slice store per row)
+    "regulator_padded_by_hand": (lambda: PaddedByHandRegulator("new_fill", -1.0), _durations, _REGULATOR_AXES,
+                                 ("torchscript", "dynamo"),
+                                 {"torchscript": "Split size 1 exceeds", "dynamo": "data-dependent"}),
+    "regulator_padded_new_full": (lambda: PaddedByHandRegulator("new_full", 2.0), _durations, _REGULATOR_AXES,
+                                  ("torchscript", "dynamo"),
+                                  {"torchscript": "Split size 1 exceeds", "dynamo": "data-dependent"}),
+    "regulator_padded_new_zeros": (lambda: PaddedByHandRegulator("new_zeros", repair="none"), _durations,
+                                   _REGULATOR_AXES, ("torchscript", "dynamo"),
+                                   {"torchscript": "Split size 1 exceeds", "dynamo": "Got invalid dimensions"}),
     # issue #39, 5: a size traced as a 0-d tensor reaching torch.is_tensor(seq_len)
     "traced_size_is_int": (IntOrLengths, _btd, {0: {0: "b", 1: "t"}}, ("torchscript",),
                            {"torchscript": "too many indices for tensor of dimension 0"}),

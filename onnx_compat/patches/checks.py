@@ -18,7 +18,19 @@ has no operator that fails on a value). A branch that only prints, warns or
 logs (``if torch.min(y) < -1.: print(...)``, torchfcpe's range report in the
 second sweep) changes no output: it is skipped, nothing asserted. Any other
 data-dependent branch is real control flow and still fails, with the source
-line named.
+line named, unless its body only repairs values in place.
+
+A repairing branch (a length regulator's ``if ds.sum() == 0:
+ds[ds.sum(dim=1).eq(0)] = 1``, with or without a log line) is taken both
+ways only on a degenerate input, and its body is a set of subscript stores.
+Such a body is traced whichever way the example goes, each store made
+conditional on the branch's condition (``stores.py``: ``torch.where``), so the
+graph does what eager does on either side, under both exporters (TorchScript
+would otherwise bake the example's side silently). A body that does anything
+else (assigns a name, calls a method ending in ``_``, an augmented
+assignment, another branch) is real control flow as before: refused naming
+the line under dynamo, the example's side with its warning under TorchScript.
+Its reports run while the body is traced (a log line said once per export).
 """
 from __future__ import annotations
 
@@ -34,6 +46,7 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from .when import torchscript_exporting
 from ._warning_site import said_at
+from .stores import guard_body, stores_guarded
 
 _SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 
@@ -44,6 +57,11 @@ _ENDS = ("JUMP", "POP_JUMP", "RETURN", "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOB
          "DELETE_SUBSCR", "FOR_ITER", "YIELD", "SEND", "RERAISE")
 _LOOKAHEAD = 64  # instructions a raising branch may take to build its exception
 _REPORTS = {"print", "warn", "warning", "info", "debug", "error", "exception", "critical", "log"}
+_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_METHOD")
+# What a repairing body may not hold: other flow, a name or attribute bound, a raise, an import, a context.
+_NOT_REPAIRS = ("JUMP", "POP_JUMP", "RETURN", "FOR_ITER", "YIELD", "SEND", "RERAISE", "RAISE", "IMPORT",
+                "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "DELETE", "INPLACE_",
+                "SETUP", "BEFORE_WITH", "PUSH_EXC_INFO", "MAKE_FUNCTION")
 
 
 _depth = threading.local()
@@ -54,7 +72,9 @@ class DataDependentBranch(RuntimeError):
 
     def __init__(self, where: str, cause: BaseException) -> None:
         super().__init__(f"{where}: the model branches on a tensor's value here, which the dynamo exporter "
-                         f"cannot trace (only checks whose failing branch just raises or reports are dropped): {cause}")
+                         f"cannot trace (only checks whose failing branch just raises or reports are dropped, and "
+                         f"branches whose body only stores into tensors, t[mask] = v, are traced as torch.where): "
+                         f"{cause}")
         self.where = where
 
 
@@ -123,6 +143,55 @@ def reports_only(code, offset: int) -> bool:
     return found is not None and found[2] > found[1] and _only_reports(found[0], found[1], found[2])
 
 
+def _only_repairs(listed, start: int, end: int) -> bool:
+    """``listed[start:end]`` is statements that store into a subscript (``t[mask] = v``) or only report,
+    at least one store: evaluating its expressions changes nothing, so the stores are the body's effect."""
+    block, statement, stores = listed[start:end], [], 0
+    if not block or len(block) > 4 * _LOOKAHEAD:
+        return False
+    for ins in block:
+        if ins.opname.startswith(_NOT_REPAIRS) or (ins.opname == "BINARY_OP" and ins.argrepr.endswith("=")):
+            return False  # ``t[:, 0] += 1`` changes a view in place before its store
+        if ins.opname in _LOADS and isinstance(ins.argval, str) and ins.argval.endswith("_") \
+                and not ins.argval.startswith("__"):
+            return False  # an in-place method (``x.clamp_()``) acts whether or not the store is kept
+        statement.append(ins)
+        if ins.opname == "STORE_SUBSCR":
+            stores, statement = stores + 1, []
+        elif ins.opname == "POP_TOP":
+            if not any(i.argval in _REPORTS for i in statement if i.opname in _LOADS):
+                return False  # a call for its effect
+            statement = []
+    return stores > 0 and not statement
+
+
+def repair_entry(code, offset: int) -> Optional[bool]:
+    """The truth value that enters the branch of the conditional jump at ``offset`` when that branch (the
+    one it skips, with no ``else``) only repairs values by subscript stores, else None."""
+    found = _branches(code, offset)
+    if found is None:
+        return None
+    listed, through, target, jumps_when = found
+    if target <= through or not _only_repairs(listed, through, target):
+        return None
+    return not jumps_when
+
+
+def _enter_repair(frame, instance: torch.Tensor, entered: bool, where: str) -> bool:
+    """Trace the repairing body whichever way the example goes, its stores acting where eager's would."""
+    listed, through, target, _ = _branches(frame.f_code, frame.f_lasti)
+    holds = (instance if instance.dtype == torch.bool else instance != 0).reshape(())
+    guard_body(frame, listed[through].offset, listed[target].offset, holds if entered else ~holds, where)
+    return entered
+
+
+def _repairs(frame) -> Optional[bool]:
+    """``repair_entry`` at ``frame``'s jump, when the store patch that makes the body exact is in place."""
+    if frame is None or not stores_guarded():
+        return None
+    return repair_entry(frame.f_code, frame.f_lasti)
+
+
 def _caller():
     """The first frame outside onnx_compat's registry and this module (the code that called bool())."""
     frame = sys._getframe(1)
@@ -133,15 +202,20 @@ def _caller():
 
 def _bool(wrapped, instance, args, kwargs):
     if torchscript_exporting():
-        return _traced_bool(wrapped, args, kwargs)
+        return _traced_bool(wrapped, instance, args, kwargs)
     return _symbolic_bool(wrapped, instance, args, kwargs)
 
 
-def _traced_bool(wrapped, args, kwargs):
+def _traced_bool(wrapped, instance, args, kwargs):
     """TorchScript evaluates the check on the example, which is right for a check: only the
     "might cause the trace to be incorrect" warning (a baked constant to the pipeline) is dropped.
-    Other branches keep it, said at the model's line."""
+    A repairing branch is traced with its stores conditional; other branches keep the warning, said at
+    the model's line."""
     frame = _caller()
+    if frame is not None and check_outcome(frame.f_code, frame.f_lasti) is None:
+        entered = _repairs(frame)
+        if entered is not None and isinstance(instance, torch.Tensor):
+            return _enter_repair(frame, instance, entered, f"{frame.f_code.co_filename}:{frame.f_lineno}")
     if frame is None or check_outcome(frame.f_code, frame.f_lasti) is None:
         return said_at(frame, wrapped, *args, **kwargs)
     with warnings.catch_warnings():
@@ -182,7 +256,10 @@ def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     outcome = check_outcome(frame.f_code, frame.f_lasti)
     if outcome is None:
-        raise DataDependentBranch(where, exc) from exc
+        entered = _repairs(frame)
+        if entered is None:
+            raise DataDependentBranch(where, exc) from exc
+        return _enter_repair(frame, instance, entered, where)
     if reports_only(frame.f_code, frame.f_lasti):  # eager goes on either way: nothing to assert
         return outcome
     holds = instance if instance.dtype == torch.bool else instance != 0
@@ -194,8 +271,10 @@ register(Patch(
     name="value_checks",
     description="assert / torch._assert / `if ...: raise` on a tensor's value no longer stop the dynamo "
                 "exporter (the non-raising branch is traced, the check kept as torch._assert_async) nor "
-                "count as baked constants under TorchScript",
+                "count as baked constants under TorchScript; a branch whose body only stores into tensors "
+                "(if d.sum() == 0: d[mask] = 1) is traced with its stores conditional (guarded_stores)",
     targets=("torch:Tensor.__bool__",),
     wrapper=_bool,
     when="export",
+    requires=("guarded_stores",),
 ))

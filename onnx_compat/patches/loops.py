@@ -19,7 +19,7 @@ refused: iterating over a dynamic batch gives one row standing for every row
 ``pad_sequence`` take as batched graph ops; anything else done with it is
 refused naming the line. Under TorchScript the loop is unrolled as before and
 its rows remembered: a length regulator's rows padded by ``pad_sequence`` are
-lifted the same way (``batch_rows.py``).
+lifted the same way (``unrolled_rows.py``).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
-from .batch_rows import BatchRow, remember_rows
+from .batch_rows import BatchRow
+from .unrolled_rows import remember_rows
 from .when import torchscript_exporting
 
 _SymInt = getattr(torch, "SymInt", None)
@@ -159,7 +160,7 @@ register(Patch(
                 "error naming the source line and the dim under dynamo, instead of a specialised graph",
     targets=("torch:unbind", "torch:Tensor.unbind") + (("torch:SymInt.__index__",) if _SymInt is not None else ()),
     wrapper=_loop_use,
-    when="export",  # under TorchScript only to remember the rows of a loop (batch_rows.py)
+    when="export",  # under TorchScript only to remember the rows of a loop (unrolled_rows.py)
     aliases=False,
     requires=("onnx_translations",),
 ))

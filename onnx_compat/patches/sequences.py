@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from onnx_compat.patches.registry import Patch, register
 from onnx_compat.patches._calls import tensor_call
-from onnx_compat.patches.batch_rows import BatchRow, lifted_rows, pad_rows
+from onnx_compat.patches.batch_rows import BatchRow, pad_rows
+from onnx_compat.patches.unrolled_rows import lifted_rows
 
 _PARAMS = ("sequences", "batch_first", "padding_value", "padding_side")
 _DEFAULTS = {"batch_first": False, "padding_value": 0.0, "padding_side": "right"}
@@ -54,7 +55,7 @@ def _pad_sequence(wrapped, instance, args, kwargs):
     if len(seqs) == 1 and isinstance(seqs[0], BatchRow):  # a loop over a dynamic batch, lifted (batch_rows.py)
         return pad_rows(seqs[0], b["batch_first"], b["padding_value"])
     rows = lifted_rows(seqs) if b["padding_side"] == "right" else None
-    if rows is not None:  # the same loop, unrolled by TorchScript (batch_rows.py)
+    if rows is not None:  # the same loop, unrolled by TorchScript (unrolled_rows.py)
         return pad_rows(rows, b["batch_first"], b["padding_value"])
     if not all(isinstance(s, torch.Tensor) and s.dim() == seqs[0].dim() >= 1 for s in seqs):
         return wrapped(*args, **kwargs)  # PyTorch's own error; unequal trailing sizes: stack raises
