@@ -639,7 +639,10 @@ def pad_into_buffer(rows, pad_value, form="new_fill"):
         pad = torch.zeros(n_batch, max_len, *rows[0].size()[1:], dtype=rows[0].dtype)
     else:
         pad = rows[0].new(n_batch, max_len, *rows[0].size()[1:]).fill_(pad_value)
-    for i in range(n_batch):
+    order = range(n_batch)
+    if form == "interleaved":  # even rows, then odd ones: not the order a batched store can stand for
+        order = list(range(0, n_batch, 2)) + list(range(1, n_batch, 2))
+    for i in order:
         pad[i, :rows[i].size(0)] = rows[i]
     return pad
 

@@ -153,3 +153,19 @@ def test_a_buffer_of_one_row_per_list_item_is_refused_naming_the_store():
     text = str(raised.value)
     line = _line_of(pattern_models.pad_into_buffer, "pad[i, :rows[i].size(0)] = rows[i]")
     assert f"pattern_models.py:{line}" in text and "torch.zeros(len(rows), ...) has one row" in text, text[-800:]
+
+
+def test_rows_stored_out_of_order_are_stored_as_the_model_stores_them():
+    """TorchScript holds row stores back only while they come in order: at a store out of order the held
+    ones happen as they were, so nothing is lost (the loop stays unrolled at the example's batch, 3)."""
+    model = PaddedByHandRegulator("interleaved", -1.0).eval()
+    g = torch.Generator().manual_seed(4)
+    with onnx_compat.patched():
+        proto = export(model, (torch.randn(3, 13, 8, generator=g), torch.randint(1, 4, (3, 13), generator=g)),
+                       "torchscript", _AXES)
+    for T in (7, 21):
+        x, durations = torch.randn(3, T, 8, generator=g), torch.randint(0, 4, (3, T), generator=g)
+        with torch.no_grad():
+            expected = model(x, durations).numpy()
+        np.testing.assert_allclose(run(proto, x.numpy(), durations.numpy())[0], expected, atol=1e-5,
+                                   err_msg=f"B=3, T={T}")

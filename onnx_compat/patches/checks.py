@@ -177,11 +177,11 @@ def repair_entry(code, offset: int) -> Optional[bool]:
     return not jumps_when
 
 
-def _enter_repair(frame, instance: torch.Tensor, entered: bool, where: str) -> bool:
+def _enter_repair(frame, instance: torch.Tensor, entered: bool) -> bool:
     """Trace the repairing body whichever way the example goes, its stores acting where eager's would."""
     listed, through, target, _ = _branches(frame.f_code, frame.f_lasti)
     holds = (instance if instance.dtype == torch.bool else instance != 0).reshape(())
-    guard_body(frame, listed[through].offset, listed[target].offset, holds if entered else ~holds, where)
+    guard_body(frame, listed[through].offset, listed[target].offset, holds if entered else ~holds)
     return entered
 
 
@@ -215,7 +215,7 @@ def _traced_bool(wrapped, instance, args, kwargs):
     if frame is not None and check_outcome(frame.f_code, frame.f_lasti) is None:
         entered = _repairs(frame)
         if entered is not None and isinstance(instance, torch.Tensor):
-            return _enter_repair(frame, instance, entered, f"{frame.f_code.co_filename}:{frame.f_lineno}")
+            return _enter_repair(frame, instance, entered)
     if frame is None or check_outcome(frame.f_code, frame.f_lasti) is None:
         return said_at(frame, wrapped, *args, **kwargs)
     with warnings.catch_warnings():
@@ -259,7 +259,7 @@ def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:
         entered = _repairs(frame)
         if entered is None:
             raise DataDependentBranch(where, exc) from exc
-        return _enter_repair(frame, instance, entered, where)
+        return _enter_repair(frame, instance, entered)
     if reports_only(frame.f_code, frame.f_lasti):  # eager goes on either way: nothing to assert
         return outcome
     holds = instance if instance.dtype == torch.bool else instance != 0

@@ -41,7 +41,6 @@ class Guard(NamedTuple):
     start: int
     end: int
     holds: torch.Tensor
-    where: str
 
 
 _state = threading.local()
@@ -54,7 +53,7 @@ def _guards() -> List[Guard]:
     return found
 
 
-def guard_body(frame, start: int, end: int, holds: torch.Tensor, where: str) -> None:
+def guard_body(frame, start: int, end: int, holds: torch.Tensor) -> None:
     """Make the stores ``frame`` makes between ``start`` and ``end`` conditional on ``holds``. Guards of
     frames no longer running are dropped here (a frame object cannot be weakly referenced)."""
     running = set()
@@ -64,7 +63,7 @@ def guard_body(frame, start: int, end: int, holds: torch.Tensor, where: str) -> 
         f = f.f_back
     guards = _guards()
     guards[:] = [g for g in guards if id(g.frame) in running and not (g.frame is frame and g.start == start)]
-    guards.append(Guard(frame, start, end, holds, where))
+    guards.append(Guard(frame, start, end, holds))
 
 
 def stores_guarded() -> bool:

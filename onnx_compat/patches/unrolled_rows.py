@@ -145,8 +145,6 @@ def _buffer(method: str, row, sizes, kwargs) -> Optional[torch.Tensor]:
     args = ()
     if method != "new" and sizes and isinstance(sizes[0], (tuple, list, torch.Size)):
         sizes, args = tuple(sizes[0]), tuple(sizes[1:])
-    elif method == "new_full":
-        sizes, args = tuple(sizes[:-1]), (sizes[-1],)
     regulated = _whole(hit[1], hit[2], hit[4]) if len(sizes) == row.dim() + 1 else None
     if regulated is None or not isinstance(sizes[0], int) or sizes[0] != hit[4] \
             or _values(sizes[1:]) != _values((regulated.batch.shape[1],) + tuple(row.shape[1:])):
