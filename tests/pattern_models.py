@@ -382,8 +382,8 @@ class FramedLengths(_DeclaresLengths):
     """A strided front end whose frame lengths are computed from the sample lengths, the frames then masked by
     those (espnet's STFT: ``olens = (ilens + 2 * pad - n_fft) // hop + 1``, then ``make_pad_mask(olens, ...)``).
     ``form``: how the frame lengths are computed and read (floor division and the list's max; trunc division,
-    ``.long()`` and the frames' time size; ceil of a true division and ``max().item()``; ``int(max())``; floor
-    division in place on a copy)."""
+    ``.long()`` and the frames' time size; ceil of a true division and ``max().item()``; ``int(max())``;
+    ``torch.arange(max())``; floor division in place on a copy)."""
 
     def __init__(self, form):
         super().__init__()
@@ -408,10 +408,29 @@ class FramedLengths(_DeclaresLengths):
             pad = torch.arange(olens.max().item())[None, :] >= olens[:, None]
         elif self.form == "floor_int":
             pad = torch.arange(int(olens.max()))[None, :] >= olens[:, None]
+        elif self.form == "arange_max":
+            pad = torch.arange(olens.max())[None, :] >= olens[:, None]
         else:
             pad = _make_pad_mask(olens.long(), frames, 1) if self.form == "trunc_input" else _make_pad_mask(olens)
         keep = (~pad)[..., None].to(x.dtype)
         return (frames * keep).sum(1) / olens[:, None].to(x.dtype)
+
+
+class MaskedSpectrum(_DeclaresLengths):
+    """espnet's STFT encoder and decoder around a mask: frame lengths from the sample lengths
+    (``(lengths + 2 * (n_fft // 2) - n_fft) // hop + 1``, trunc division), the spectrum's padded frames zeroed by
+    ``_make_pad_mask`` of them sized by the frames, then ``istft(length=lengths.max())``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(32))
+        self.gain = nn.Parameter(torch.linspace(0.5, 1.5, 17)[:, None])
+
+    def body(self, x, lengths):  # x [B, samples]
+        spec = torch.stft(x, 32, 8, window=self.window, return_complex=True)  # [B, 17, frames]
+        olens = torch.div(lengths + 2 * 16 - 32, 8, rounding_mode="trunc") + 1
+        keep = (~_make_pad_mask(olens.long(), spec.transpose(1, 2), 1)).to(x.dtype)  # [B, frames]
+        return torch.istft(spec * (self.gain * keep[:, None, :]), 32, 8, window=self.window, length=lengths.max())
 
 
 class OffsetLengths(_DeclaresLengths):

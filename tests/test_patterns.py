@@ -19,7 +19,8 @@ from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
 from helpers import EXPORTERS, export, pattern_cases, run
 from pattern_models import (PadMaskAttention, BatchLengthRegulator, PaddedByHandRegulator, CheckedLengths, ComplexBuffer,
-                            ComplexPadUnfold, DivmodSize, BufferFlags, FrameSolve, FramedLengths, OffsetLengths, SqueezeWide,
+                            ComplexPadUnfold, DivmodSize, BufferFlags, FrameSolve, FramedLengths, MaskedSpectrum,
+                            OffsetLengths, SqueezeWide,
                             Int32LengthsSquare, IntOrLengths, KernelSizedWindows, LengthsList, LengthsMask,
                             NumpyDtype, RotaryQuery, TrimmedToLongest)
 from pattern_models import (ChunkOverlapAdd, ComplexCast, CoverWithConv, EyeMask, Fold2d, FoldISTFT,
@@ -116,6 +117,13 @@ def _padded_batch(B, T, g):
     return torch.randn(B, T, 8, generator=g), lengths
 
 
+def _padded_wave(B, T, g):
+    """A wave [B, 10 T] and its lengths, the longest filling it."""
+    lengths = torch.randint(5 * T, 10 * T + 1, (B,), generator=g)
+    lengths[0] = 10 * T
+    return torch.randn(B, 10 * T, generator=g), lengths
+
+
 def _btd6(B, T, g):
     return (torch.randn(B, T, 6, generator=g),)
 
@@ -169,6 +177,12 @@ LENGTHS_CASES = {
                                   ("torchscript", "dynamo"), {"torchscript": _BROADCAST}),
     "derived_lengths_int_max": (lambda: FramedLengths("floor_int"), _padded_batch, _LENGTHS_AXES,
                                 ("torchscript", "dynamo"), {"torchscript": _BROADCAST}),
+    "derived_lengths_arange_of_max": (lambda: FramedLengths("arange_max"), _padded_batch, _LENGTHS_AXES,
+                                      ("torchscript", "dynamo"), {}),
+    # espnet's STFT encoder/decoder (TFGridNet): frames masked by make_pad_mask(olens, spectrum, 1), then
+    # istft(length=lengths.max()), which dynamo gets as the time symbol (without padded_lengths: batch baked)
+    "size_of_stft_frames_from_lengths": (MaskedSpectrum, _padded_wave, _LENGTHS_AXES, ("torchscript", "dynamo"),
+                                         {"torchscript": "ONNX Runtime gives shape"}),
     "derived_lengths_in_place": (lambda: FramedLengths("in_place"), _padded_batch, _LENGTHS_AXES,
                                  ("torchscript", "dynamo"),
                                  {"torchscript": _BROADCAST, "dynamo": "data-dependent expression"}),

@@ -46,8 +46,8 @@ _BREAK_TEXT = {("neg", "negative", "__neg__"): "negation", ("rsub", "__rsub__"):
                ("__rtruediv__", "__rfloordiv__", "reciprocal"): "a number divided by the lengths",
                ("pow", "__pow__", "__rpow__"): "a power"}
 _FAMILY = _ADD | _SUB | _MUL | _FLOORDIV | _DIV | _CLAMP | _CAST | _BREAKS | set(_ROUND) | {f"{n}_" for n in _ROUND}
-# the functions whose arguments at these positions (None: all) are sizes a maximum read as the padded size may be
-_SIZE_ARGS = {"arange": None, "istft": ()}
+# the functions whose keyword arguments of these names are sizes a maximum read as the padded size may be
+_SIZE_ARGS = {"istft": ("length",)}
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -220,7 +220,7 @@ class Follow(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if not self.torchscript and name in _SIZE_ARGS:
-            args, kwargs = self._as_sizes(name, args, kwargs)
+            kwargs = self._as_sizes(name, kwargs)
         # an in-place op on followed lengths: the record's parent is their values before it
         before = args[0].clone() if _inplace(name) and args and isinstance(args[0], torch.Tensor) and \
             not self.paused and self.lookup(args[0]) is not None else None
@@ -237,16 +237,13 @@ class Follow(TorchFunctionMode):
             self._record(func, args, kwargs, result, followed, before)
         return result
 
-    def _as_sizes(self, name: str, args, kwargs):
-        """A maximum read as the padded size handed on as a size (``torch.arange(lengths.max())``,
-        ``istft(length=lengths.max())``) is the dim's symbol under dynamo, not a tensor whose value it must read."""
+    def _as_sizes(self, name: str, kwargs):
+        """A maximum read as the padded size handed on as a size (espnet's ``istft(length=ilens.max())``) is the
+        dim's symbol under dynamo, not a 0-d tensor whose value the op would read (a data-dependent symbol)."""
         def size(value):
             found = self.size_of(value) if isinstance(value, torch.Tensor) else None
             return value if found is None or isinstance(found, torch.Tensor) else found
-        positions = _SIZE_ARGS[name]
-        args = tuple(size(a) if positions is None or i in positions else a for i, a in enumerate(args))
-        kwargs = {k: size(v) if k in ("length", "start", "end") else v for k, v in kwargs.items()}
-        return args, kwargs
+        return {k: size(v) if k in _SIZE_ARGS[name] else v for k, v in kwargs.items()}
 
     def _record(self, func, args, kwargs, result, followed, before) -> None:
         name = func.__name__

@@ -52,7 +52,7 @@ from .loops import _listed, called_name
 from .recurrent import _refuse
 from .when import any_exporting, dynamo_exporting, torchscript_exporting
 from ._derived_lengths import Derived, Follow
-from ._warning_site import model_frame, said_at
+from ._warning_site import model_frame, model_frame_outside_torch, said_at
 
 class Declared:
     """A lengths input declared for dim ``axis`` of ``padded`` (its ONNX name ``name``)."""
@@ -226,9 +226,9 @@ class LengthsList(list):
         self.tensor, self.entry, self.where = tensor, entry, where
 
     def _refused(self):
-        _refuse(f"{_where(model_frame())}: uses lengths.tolist() (read at {self.where}) of the lengths input "
-                f"{self.entry.name!r} item by item: one number per sequence of the batch, a Python list as long as "
-                f"the dynamic batch. Read the longest as lengths.max() (the padded dim), the batch as "
+        _refuse(f"{_where(model_frame_outside_torch())}: uses lengths.tolist() (read at {self.where}) of the lengths "
+                f"input {self.entry.name!r} item by item: one number per sequence of the batch, a Python list as long "
+                f"as the dynamic batch. Read the longest as lengths.max() (the padded dim), the batch as "
                 f"len(...) of it, or write it with tensor ops over the lengths")
 
     def __len__(self):
