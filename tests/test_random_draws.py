@@ -1,6 +1,6 @@
-"""Models that draw their own random numbers (a GAN vocoder's noise, a VAE's sample): exported with their
-random nodes and verified with the eager reference run's draws fed to those nodes (``draw_inputs.py``);
-a draw no ONNX node makes (randperm, multinomial) is refused naming its line.
+"""Models that draw their own random numbers (a GAN vocoder's noise, a VAE's sample, a random message):
+exported with their random nodes and verified with the eager reference run's draws fed to those nodes
+(``draw_inputs.py``); a draw no ONNX node makes (randperm, multinomial) is refused naming its line.
 
 The tests check the written graph on their own, without the pipeline's substitution: they replay each
 model's draws from a seed (the same generator calls the model makes, in its order), feed them to the
@@ -20,6 +20,7 @@ from torch import nn
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.errors import ExportError, RandomOutputs, VerificationError
+from onnx_compat.model_state import preserved
 
 from helpers import EXPORTERS, assert_matches
 
@@ -157,7 +158,41 @@ class OverwrittenNoise(nn.Module):
         return [torch.randn([c.shape[0], 4, c.shape[2]])]
 
 
-DRAWING = [NoiseVocoder, Reparametrised, UniformDither, TwoKinds, OverwrittenNoise, ShiftedNormal, UniformNoise]
+class RandomMessage(nn.Module):
+    """A watermark generator's random message when none is given (AudioSeal: ``torch.randint(0, 2, (B, nbits))``):
+    both exporters write a uniform draw rounded down; the eager bits are fed as the middles of their cells."""
+
+    PARAMS = [(0.0, 2.0)]
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(16, 2)
+
+    def forward(self, c):
+        bits = torch.randint(0, 2, (c.shape[0], 16))
+        return c + self.embed(bits.float()).unsqueeze(-1)
+
+    @staticmethod
+    def replay(c):
+        return [torch.randint(0, 2, (c.shape[0], 16))]
+
+
+class KeptMessage(RandomMessage):
+    """AudioSeal's generator: the random message is drawn on the first call and kept on the module
+    (``self.message``); each verification run starts from the model as it was, so it draws, as the graph does."""
+
+    def __init__(self):
+        super().__init__()
+        self.message = torch.zeros(0)
+
+    def forward(self, c):
+        if self.message.numel() == 0:
+            self.message = torch.randint(0, 2, (c.shape[0], 16))
+        return c + self.embed(self.message.float()).unsqueeze(-1)
+
+
+DRAWING = [NoiseVocoder, Reparametrised, UniformDither, TwoKinds, OverwrittenNoise, ShiftedNormal, UniformNoise,
+           RandomMessage, KeptMessage]
 NEW_SIZES = [(1, 11), (4, 29)]  # the export example is B=3, T=37 (``spec.example_inputs``)
 
 
@@ -174,7 +209,7 @@ def fed_outputs(proto, model, c, seed):
     torch.manual_seed(seed)
     draws = type(model).replay(c)
     torch.manual_seed(seed)
-    with torch.no_grad():
+    with preserved(model), torch.no_grad():
         expected = model(c).numpy()
     params = getattr(model, "PARAMS", [(0.0, 1.0)] * len(draws))
     fed = onnx.ModelProto()
@@ -189,7 +224,7 @@ def fed_outputs(proto, model, c, seed):
     for node in nodes:
         fed.graph.node.remove(node)
         fed.graph.input.append(helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, None))
-    feeds = {"c": c.numpy(), **{n.output[0]: d.numpy() for n, d in zip(nodes, draws)}}
+    feeds = {"c": c.numpy(), **{n.output[0]: d.float().numpy() for n, d in zip(nodes, draws)}}
     sess = ort.InferenceSession(fed.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)[0], expected
 
@@ -205,12 +240,15 @@ def _drawn_shapes(proto, c):
 
 
 def _kinds(model, count):
-    return {TwoKinds: ["normal", "uniform"], UniformDither: ["uniform"], UniformNoise: ["uniform"]}.get(
-        type(model), ["normal"] * count)
+    return {TwoKinds: ["normal", "uniform"], UniformDither: ["uniform"], UniformNoise: ["uniform"],
+            RandomMessage: ["uniform"], KeptMessage: ["uniform"]}.get(type(model), ["normal"] * count)
 
 
 def _into(node, draw, a, b):
-    """The model's draw of parameters ``a``, ``b`` as the number ``node`` (of its own parameters) must draw."""
+    """The model's draw of parameters ``a``, ``b`` as the number ``node`` (of its own parameters) must draw;
+    an integer draw k as the middle of the uniform numbers rounding down to it, k + 0.5."""
+    if not draw.is_floating_point():
+        draw = draw.double() + 0.5
     attrs = {k.name: helper.get_attribute_value(k) for k in node.attribute}
     first, second = ("mean", "scale") if "Normal" in node.op_type else ("low", "high")
     node_a, node_b = attrs.get(first, 0.0), attrs.get(second, 1.0)
@@ -322,6 +360,41 @@ def test_a_node_of_other_parameters_is_fed_the_draw_mapped_into_its_own_distribu
             _with_params(node, mean, scale)
         with pytest.raises(VerificationError, match=r"output 'y' max abs err"):
             _verify(wrong, model)
+
+
+class SignedSteps(nn.Module):
+    """``randint_like(c, -3, 4)``: TorchScript writes a uniform draw in [-3, 4) cast to integers, which truncates
+    toward zero (-0.5 gives 0, never -3): a wrong distribution. Fed the middles of eager's cells, its graph
+    fails; dynamo's rounds down and verifies."""
+
+    def forward(self, c):
+        return c * torch.randint_like(c, -3, 4)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_an_integer_draw_is_fed_so_that_the_graph_rounding_is_checked(exporter, tmp_path):
+    path = tmp_path / "m.onnx"
+    if exporter == "torchscript":
+        with pytest.raises(ExportError, match=r"torchscript export failed: VerificationError: .*output 'y' max abs"):
+            onnx_compat.export(SignedSteps().eval(), str(path), COND_IN, COND_OUT, exporter=exporter)
+        assert not os.listdir(tmp_path)
+        return
+    report = onnx_compat.export(SignedSteps().eval(), str(path), COND_IN, COND_OUT, exporter=exporter)
+    assert all(c["ok"] and "randint_like at " in c["draws"][0] for c in report.verification)
+
+
+def test_a_graph_without_the_draw_is_refused_saying_so(tmp_path):
+    """A graph whose random node became a constant (what an export that freezes a draw writes) fails, and the
+    error says the model draws and the graph holds no random node."""
+    model = NoiseVocoder().eval()
+    proto = _exported(model, "torchscript", tmp_path)
+    node = random_nodes(proto)[0]
+    node.op_type = "Identity"
+    del node.attribute[:]
+    with pytest.raises(VerificationError, match=r"max abs err .* \[the model draws random numbers \(randn at "
+                                                r".*test_random_draws.py:\d+ .*\) and the graph holds no random "
+                                                r"node: a draw the outputs depend on was frozen"):
+        _verify(proto, model)
 
 
 def test_a_random_node_of_another_kind_is_refused_naming_both(tmp_path):

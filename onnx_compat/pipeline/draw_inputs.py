@@ -15,7 +15,8 @@ with the example's shape frozen in fails there). Parameters may differ: the Torc
 ``normal_(0.5, 2.0)`` as a standard ``RandomNormalLike`` followed by ``* 2 + 0.5``; the eager draw is then
 standardised and mapped into the node's own distribution (``x -> m + s * (d - mean) / std``; the bounds
 for uniform numbers), which is the very number that node would have to draw for the graph to compute what
-eager did, so a graph that forgets the scaling still fails. Nodes and draws pair up in the export's order,
+eager did, so a graph that forgets the scaling still fails (an integer draw k of ``randint`` is fed as
+k + 0.5, the middle of the numbers the graph must round down to k). Nodes and draws pair up in the export's order,
 which is the model's call order (a TorchScript trace and an FX graph list the calls as they ran); ONNX
 Runtime's cleanup sorts independent nodes its own way, so the pipeline puts them back in the export's
 order (``in_call_order``), in the file written too. A graph whose nodes do not pair up that way fails: a
@@ -155,8 +156,7 @@ def verification_copy(proto: onnx.ModelProto, nodes: Sequence[RandomNode], draws
             node.output[0] += EXPOSED
             copy.graph.output.append(helper.make_empty_tensor_value_info(node.output[0]))
     for node, draw in zip(nodes, draws):
-        elem = helper.np_dtype_to_tensor_dtype(draw.value.numpy().dtype)
-        copy.graph.input.append(helper.make_tensor_value_info(node.output, elem, None))
+        copy.graph.input.append(helper.make_tensor_value_info(node.output, _fed_type(node, draw), None))
     kept = [v for v in copy.graph.value_info if v.name not in by_output]
     del copy.graph.value_info[:]
     copy.graph.value_info.extend(kept)
@@ -176,7 +176,7 @@ def check_match(nodes: Sequence[RandomNode], draws, sizes: Dict[str, int]) -> No
         if node.kind != draw.kind:
             raise DrawsDiffer(f"draw {k + 1} of the model ({draw.site}) is {draw.kind} but the graph's random "
                               f"node {k + 1} ({node.describe()}) draws {node.kind} numbers")
-        if node.dtype is not None and node.dtype != helper.np_dtype_to_tensor_dtype(draw.value.numpy().dtype):
+        if node.dtype is not None and node.dtype != _fed_type(node, draw):
             raise DrawsDiffer(f"draw {k + 1} of the model ({draw.site}) is {draw.value.dtype} but the graph's random "
                               f"node {k + 1} ({node.describe()}) draws {onnx.TensorProto.DataType.Name(node.dtype)}")
         if (draw.b == draw.a) if draw.kind == "uniform" else (draw.b == 0):
@@ -184,20 +184,35 @@ def check_match(nodes: Sequence[RandomNode], draws, sizes: Dict[str, int]) -> No
                               f"mapped onto the graph's random node")
 
 
+def _fed_type(node: RandomNode, draw) -> int:
+    """The ONNX type of what ``node`` draws: the eager draw's, or for an integer draw (``randint``: a uniform
+    draw the graph rounds down) the node's own, float unless its ``dtype`` says otherwise."""
+    if not draw.integer:
+        return helper.np_dtype_to_tensor_dtype(draw.value.numpy().dtype)
+    return node.dtype if node.dtype is not None else onnx.TensorProto.FLOAT
+
+
 def feeds(nodes: Sequence[RandomNode], draws) -> Dict[str, np.ndarray]:
     """Each node's input in the copy: the eager draw, mapped into the node's own distribution when the
-    parameters differ (exactly the draw when they agree)."""
+    parameters differ (exactly the draw when they agree). An integer draw k of ``randint`` stands for the
+    uniform numbers in [k, k + 1) that round down to it: the middle, k + 0.5, is mapped, so a graph that
+    rounds another way (TorchScript truncates toward zero: -0.5 gives 0, not -1) fails."""
     fed = {}
     for node, draw in zip(nodes, draws):
         value = draw.value.numpy()
+        if draw.integer:
+            dtype = helper.tensor_dtype_to_np_dtype(_fed_type(node, draw))
+            value = value.astype(np.float64) + 0.5
+        else:
+            dtype = value.dtype
         if (node.a, node.b) != (draw.a, draw.b):
             if node.kind == "normal":
                 unit = (value.astype(np.float64) - draw.a) / draw.b
-                value = (node.a + node.b * unit).astype(value.dtype)
+                value = node.a + node.b * unit
             else:
                 unit = (value.astype(np.float64) - draw.a) / (draw.b - draw.a)
-                value = (node.a + (node.b - node.a) * unit).astype(value.dtype)
-        fed[node.output] = value
+                value = node.a + (node.b - node.a) * unit
+        fed[node.output] = np.asarray(value).astype(dtype)
     return fed
 
 

@@ -9,10 +9,11 @@ again: measured on the sweep (round two), the exports "verified wrong" by 0.049 
 noise reaches (UnivNet's ``first_conv``). So ``check_outputs`` notices a draw (the CPU generator's state
 moved during the model's run) and runs the model again. When the outputs differ and every draw is one an
 ONNX random node makes (normal or uniform numbers: ``randn``, ``rand``, their ``_like`` forms, ``normal_``,
-``uniform_``, ``normal`` of two numbers), the export goes on: verification records each draw of the eager
-reference run (``Recorder``, in call order) and feeds them to the graph's random nodes (``draw_inputs.py``),
-so the numbers are compared as for any model. A draw no ONNX node makes the same way (``randperm``,
-``multinomial``, ``bernoulli``, ``randint``, ...) keeps the refusal naming its line: the noise belongs in an
+``uniform_``, ``normal`` of two numbers; ``randint``, which both exporters write as uniform numbers rounded
+down), the export goes on: verification records each draw of the eager reference run (``Recorder``, in
+call order) and feeds them to the graph's random nodes (``draw_inputs.py``), so the numbers are compared
+as for any model. A draw no ONNX node makes the same way (``randperm``,
+``multinomial``, ``bernoulli``, ``poisson``, ...) keeps the refusal naming its line: the noise belongs in an
 input there (or the model is exported with ``verify=False``, unproven).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numbers
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -62,9 +63,9 @@ def check_repeatable(run: Callable[[], Sequence[torch.Tensor]], first: Sequence[
     raise RandomOutputs(
         f"the model's outputs {differ} change from one call to the next on the same inputs: it draws random "
         f"numbers ({where}) that no ONNX random node draws (only normal and uniform numbers are: randn, rand, "
-        f"randn_like, rand_like, normal_, uniform_, normal of two numbers), so the graph cannot be fed eager's "
-        f"draws and cannot be verified. Give the noise (or message) as an input, or export with verify=False "
-        f"(unproven)", sites=sites_of(draws))
+        f"randn_like, rand_like, normal_, uniform_, normal of two numbers, randint), so the graph cannot be fed "
+        f"eager's draws and cannot be verified. Give the noise (or message) as an input, or export with "
+        f"verify=False (unproven)", sites=sites_of(draws))
 
 
 def drawing_note(sites: Sequence[str]) -> str:
@@ -77,15 +78,19 @@ def sites_of(draws: Sequence["Draw"]) -> List[str]:
     return list(dict.fromkeys(d.site for d in draws))
 
 
-def run_recording(run: Callable[[], Sequence[torch.Tensor]]) -> Tuple[Sequence[torch.Tensor], List["Draw"]]:
-    """``run``'s outputs and the draws it made. Run plainly first; only when the generator moved is it run
-    again under the ``Recorder`` (whose outputs are then the ones returned), so a model that does not
-    draw pays nothing."""
-    state = generator_state()
-    outputs = run()
-    if torch.equal(state, generator_state()):
-        return outputs, []
-    with Recorder() as recorder:
+def run_recording(run: Callable[[], Sequence[torch.Tensor]], fresh: Callable[[], ContextManager],
+                  drawing: bool = False) -> Tuple[Sequence[torch.Tensor], List["Draw"]]:
+    """``run``'s outputs and the draws it made. ``drawing`` (the model is known to draw): run once under the
+    ``Recorder``, inside ``fresh()`` (the model as it was: a model that keeps its draw, AudioSeal's
+    ``self.message``, draws again at each run, as its graph does). Otherwise run plainly, and only when the
+    generator moved again, under the ``Recorder`` (whose outputs are then the ones returned), so a model
+    that does not draw pays nothing."""
+    if not drawing:
+        state = generator_state()
+        outputs = run()
+        if torch.equal(state, generator_state()):
+            return outputs, []
+    with fresh(), Recorder() as recorder:
         outputs = run()
     return outputs, recorder.draws
 
@@ -104,13 +109,16 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 class Draw:
     """One draw of an eager run. ``kind``: "normal" (``a`` the mean, ``b`` the standard deviation) or "uniform"
     (``a``, ``b`` the bounds), as ONNX random nodes draw; "" when none does (randperm, bernoulli, ...).
-    ``value``: the numbers drawn (None for the unmatched kinds); ``site``: the call and its line."""
+    ``value``: the numbers drawn (None for the unmatched kinds); ``site``: the call and its line;
+    ``integer``: ``randint``'s whole numbers, a uniform draw the graph must round down (its dtype may be
+    float: ``randint_like`` of a float tensor)."""
 
     kind: str
     a: float
     b: float
     value: Optional[torch.Tensor]
     site: str
+    integer: bool = False
 
 
 class Recorder(TorchFunctionMode):
@@ -129,7 +137,7 @@ class Recorder(TorchFunctionMode):
             site = _caller(name) or f"{name} at a call onnx_compat could not locate"
             kind, a, b = _distribution(name, args, kwargs)
             value = out.detach().clone() if kind and isinstance(out, torch.Tensor) else None
-            self.draws.append(Draw(kind if value is not None else "", a, b, value, site))
+            self.draws.append(Draw(kind if value is not None else "", a, b, value, site, name.startswith("randint")))
         return out
 
 
@@ -151,16 +159,16 @@ class Replayer(TorchFunctionMode):
         return value.clone()
 
 
-def live_draws(run: Callable[[], Sequence[torch.Tensor]], draws: Sequence[Draw],
+def live_draws(run: Callable[[], Sequence[torch.Tensor]], fresh: Callable[[], ContextManager], draws: Sequence[Draw],
                expected: Sequence[torch.Tensor]) -> List[bool]:
     """For each draw, whether the outputs depend on it: the run replayed on the recorded draws gives
     ``expected``; with draw k alone drawn anew (same kind, shape and parameters) the outputs change, or the
     draw is dead (``x = torch.randn(...)`` overwritten before use: the exporter drops it). A replay that
-    does not reproduce ``expected`` leaves every draw live."""
+    does not reproduce ``expected`` leaves every draw live. Each run inside ``fresh()``: the model as it was."""
     values = [d.value for d in draws]
 
     def replayed(chosen) -> Optional[Sequence[torch.Tensor]]:
-        with Replayer(chosen) as replayer:
+        with fresh(), Replayer(chosen) as replayer:
             got = run()
         return got if replayer.calls == len(chosen) else None
     again = replayed(values)
@@ -175,7 +183,9 @@ def live_draws(run: Callable[[], Sequence[torch.Tensor]], draws: Sequence[Draw],
 
 
 def _fresh(draw: Draw) -> torch.Tensor:
-    """Another draw like ``draw`` (never equal to it)."""
+    """Another draw like ``draw``."""
+    if draw.integer:
+        return torch.randint(int(draw.a), int(draw.b), draw.value.shape, dtype=draw.value.dtype)
     if draw.kind == "normal":
         return draw.a + draw.b * torch.randn_like(draw.value)
     return draw.a + (draw.b - draw.a) * torch.rand_like(draw.value)
@@ -197,13 +207,31 @@ def _distribution(name: str, args, kwargs) -> Tuple[str, float, float]:
     if name == "normal":  # torch.normal(mean, std, size): two numbers; a tensor mean or std is not one node
         mean, std = _numbers(args, kwargs, ("mean", "std"), (None, None))
         return ("normal", mean, std) if mean is not None else ("", 0.0, 0.0)
+    if name in ("randint", "randint_like"):
+        bounds = _int_bounds(list(args[1:] if name == "randint_like" else args), kwargs)
+        return ("uniform", float(bounds[0]), float(bounds[1])) if bounds else ("", 0.0, 0.0)
     return "", 0.0, 0.0
+
+
+def _int_bounds(args, kwargs):
+    """``low``, ``high`` of ``randint([low,] high, size)`` or ``randint_like(x, [low,] high)`` (the size is a
+    sequence, so the numbers among the arguments are the bounds); None when they cannot be read."""
+    given = [a for a in args if _number(a)]
+    if "high" in kwargs:
+        given = [kwargs.get("low", given[0] if given else 0), kwargs["high"]]
+    elif len(given) == 1:
+        given = [kwargs.get("low", 0)] + given
+    return given[:2] if len(given) >= 2 and all(_number(g) for g in given[:2]) else None
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _numbers(args, kwargs, names, defaults):
     """The two parameters by position or keyword, as floats; (None, None) when either is not a number."""
     got = [args[k] if k < len(args) else kwargs.get(n, d) for k, (n, d) in enumerate(zip(names, defaults))]
-    if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in got):
+    if all(_number(v) for v in got):
         return float(got[0]), float(got[1])
     return None, None
 

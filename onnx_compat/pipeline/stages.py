@@ -26,6 +26,7 @@ from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportErro
 from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releases
 from onnx_compat.pipeline.files import content_hash, write_atomically
 from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
+from onnx_compat.model_state import preserved
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
@@ -52,8 +53,10 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     asked = releases.opset_for(strategy.name, request.opset, request.target)
     request.tell(f"capture ({strategy.label})")
     record.strategy, record.patched = strategy.label, strategy.patches
-    proto, captured = capture.run(strategy, subject.adapter(), subject.args, subject.inputs, subject.outputs,
-                                  asked, request.patches, weights=spill)
+    with preserved(subject.model):  # verification's eager runs start from the model as it was, not as the trace
+        # left it (a forward that keeps what it computed on the module: AudioSeal's random message)
+        proto, captured = capture.run(strategy, subject.adapter(), subject.args, subject.inputs, subject.outputs,
+                                      asked, request.patches, weights=spill)
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
     record.acted, record.assumed = list(captured.acted), list(captured.assumed)
     _check_opset(proto, asked, strategy.name)
@@ -161,7 +164,7 @@ def _verified(proto, request: ExportRequest, weights=None, serialized=None, **kw
         serialized = None
     subject = request.subject
     common = dict(atol=request.atol, rtol=request.rtol, runtimes=request.runtimes, example=subject.example,
-                  seed=subject.seed + 1, examples=subject.examples, **kwargs)
+                  seed=subject.seed + 1, examples=subject.examples, drawing=bool(subject.draws), **kwargs)
     if weights is not None:
         return verify_model(weights.save_graph(proto), subject.model, subject.inputs, subject.outputs, **common)
     return verify_model(proto, subject.model, subject.inputs, subject.outputs, serialized=serialized, **common)
@@ -212,7 +215,8 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         cleaning = pool.submit(clean_graph, proto, weights, serialized)
         references = reference_cases(subject.model, subject.inputs, subject.outputs, example=subject.example,
                                      seed=subject.seed + 1, examples=subject.examples,
-                                     first_example_outputs=subject.example_reference) if request.verify else None
+                                     first_example_outputs=subject.example_reference,
+                                     drawing=bool(subject.draws)) if request.verify else None
         cleaned, sess = cleaning.result()
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
         cleaned, sess = proto, None

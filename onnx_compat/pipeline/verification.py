@@ -88,11 +88,14 @@ class Case:
 
 def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
                     sizes: Optional[List[Dict[str, int]]] = None, example: Optional[Mapping[str, int]] = None,
-                    seed: int = 1, examples=None, first_example_outputs: Optional[list] = None) -> List[Case]:
+                    seed: int = 1, examples=None, first_example_outputs: Optional[list] = None,
+                    drawing: bool = False) -> List[Case]:
     """The inputs ``verify`` checks (three shapes around ``example``, B=1 first, then each user example)
     with the unpatched eager model's outputs on them. Independent of the ONNX graph, so it can run while
     ONNX Runtime loads or optimises it. ``first_example_outputs``: the eager outputs on the first user
-    example, already computed (``Subject.check_outputs`` runs the model on it): used, not computed again."""
+    example, already computed (``Subject.check_outputs`` runs the model on it): used, not computed again.
+    Each case keeps the draws its run made (``random_draws.run_recording``; ``drawing``: the model is known
+    to draw, each run is recorded from the model as it was)."""
     checked = check_examples(inputs, examples)
     if sizes is None:
         sizes = verification_sizes(inputs, example or dim_sizes(inputs))
@@ -106,7 +109,8 @@ def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], output
                 case.expected = list(first_example_outputs)
                 continue
             # its own copies: a model writing into its input would change what ONNX Runtime is fed next
-            returned, case.draws = run_recording(lambda: flatten(reference(*own_copies(case.feeds.values()))))
+            returned, case.draws = run_recording(lambda: flatten(reference(*own_copies(case.feeds.values()))),
+                                                 lambda: preserved(model), drawing)
             case.expected = [t.detach().cpu().numpy() for t in returned]
     return cases
 
@@ -154,7 +158,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
            example: Optional[Mapping[str, int]] = None, atol: float = 1e-4, rtol: float = 1e-3, seed: int = 1,
            raise_on_failure: bool = True, examples=None, runtimes=(),
            ort_session=None, cases: Optional[List[Case]] = None,
-           serialized: Optional[bytes] = None) -> List[ShapeCheck]:
+           serialized: Optional[bytes] = None, drawing: bool = False) -> List[ShapeCheck]:
     """Check ``onnx_model`` (path or proto) against ``model`` in eager mode.
 
     ``sizes``: the named dim sizes to run at (default: three shapes around
@@ -169,7 +173,8 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     ``reference_cases`` already computed (else they are, while ONNX Runtime loads the model).
     ``serialized``: ``onnx_model`` as bytes already (the exporter's own), checked and loaded as they are.
     A model that draws random numbers is verified with its eager draws fed to the graph's random nodes
-    (``draw_inputs.py``), paired in the graph's order, the model's call order as exported.
+    (``draw_inputs.py``), paired in the graph's order, the model's call order as exported; ``drawing``: the
+    model is known to draw (``Subject.draws``), each reference run is recorded from the model as it was.
     """
     others = as_runtimes(runtimes)
     check_examples(inputs, examples)  # a malformed example is the error, before anything loads
@@ -177,7 +182,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
         pending = None
         if cases is None:
             pending = pool.submit(reference_cases, model, inputs, outputs, sizes=sizes, example=example, seed=seed,
-                                  examples=examples)
+                                  examples=examples, drawing=drawing)
         try:
             if ort_session is None:  # a session given has loaded the graph already
                 loadable = serialized if serialized is not None else \
@@ -202,7 +207,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     if raise_on_failure:
         failed = next((r for r in results if not r.ok), None)
         if failed is not None:
-            raise _error(failed, atol, rtol)
+            raise _error(failed, atol, rtol, _undrawn(fed, cases))
     return results
 
 
@@ -222,7 +227,7 @@ def _live(model, inputs, outputs, case: Case) -> List[bool]:
     feeds = case.feeds.values()
     with preserved(model), torch.no_grad(), uncompiled():
         reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
-        return live_draws(lambda: flatten(reference(*own_copies(feeds))), case.draws,
+        return live_draws(lambda: flatten(reference(*own_copies(feeds))), lambda: preserved(model), case.draws,
                           [torch.from_numpy(np.asarray(e)) for e in case.expected])
 
 
@@ -242,12 +247,24 @@ def _checked(sess, onnx_model, fed: Optional[draw_inputs.Substitution], others, 
     return results
 
 
-def _error(failed: ShapeCheck, atol: float, rtol: float) -> VerificationError:
-    """The first failed check as an error naming the sizes, the runtime and the outputs; its ``mismatch``
-    says whether only the tolerance was missed (every shape and length agreed)."""
+def _undrawn(fed: Optional[draw_inputs.Substitution], cases: List[Case]) -> str:
+    """What a failure of a model that drew, checked against a graph with no random node, most likely is."""
+    drew = [d for case in cases for d in case.draws]
+    if fed is not None or not drew:
+        return ""
+    sites = "; ".join(dict.fromkeys(d.site for d in drew))
+    return (f" [the model draws random numbers ({sites}) and the graph holds no random node: a draw the outputs "
+            f"depend on was frozen into the graph as the example's numbers, or dropped]")
+
+
+def _error(failed: ShapeCheck, atol: float, rtol: float, note: str = "") -> VerificationError:
+    """The first failed check as an error naming the sizes, the runtime and the outputs (``note``: what the
+    failure most likely is); its ``mismatch`` says whether only the tolerance was missed (every shape and
+    length agreed)."""
     bad = [o for o in failed.outputs if not o.ok]
     reason = failed.error or "; ".join(f"output {o.name!r} max abs err {o.max_abs_err:.3g} (atol {atol}, rtol {rtol})"
                                        for o in bad)
+    reason += note
     where = f" in {failed.runtime}" if failed.runtime else ""
     mismatch = Mismatch(dict(failed.sizes), reason, failed.runtime, failed.example, [o.name for o in bad],
                         max((o.max_abs_err for o in bad), default=None), kind=failed.failure or "values")
