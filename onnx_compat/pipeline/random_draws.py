@@ -183,7 +183,15 @@ def live_draws(run: Callable[[], Sequence[torch.Tensor]], fresh: Callable[[], Co
 
 
 def _fresh(draw: Draw) -> torch.Tensor:
-    """Another draw like ``draw``."""
+    """Another draw like ``draw``, not equal to it (a few bits drawn again can come out the same)."""
+    for _ in range(8):
+        other = _like(draw)
+        if not torch.equal(other, draw.value):
+            break
+    return other
+
+
+def _like(draw: Draw) -> torch.Tensor:
     if draw.integer:
         return torch.randint(int(draw.a), int(draw.b), draw.value.shape, dtype=draw.value.dtype)
     if draw.kind == "normal":
