@@ -75,6 +75,14 @@ def test_the_first_graph_is_kept_inside_the_margin():
     assert choice.name == "dynamo" and set(choice.ratios) == {"dynamo", "torchscript"}
 
 
+def test_a_graph_kept_inside_the_margin_is_not_said_to_run_faster():
+    """AudioSeal's report said "torchscript runs faster (dynamo 0.96x its time)": kept, not faster."""
+    kept = Choice("torchscript", {"torchscript": 1.0, "dynamo": 0.96}, {"torchscript": 1.0, "dynamo": 0.96})
+    assert "kept" in kept.why() and "torchscript runs faster" not in kept.why() and "dynamo 0.96x" in kept.why()
+    won = Choice("dynamo", {"torchscript": 1.2, "dynamo": 1.0}, {"torchscript": 1.2, "dynamo": 1.0})
+    assert "dynamo runs faster" in won.why()
+
+
 def test_a_single_graph_is_chosen_without_timing():
     choice = faster({"torchscript": _graph(0)}, _cases())
     assert choice == Choice("torchscript", {}, {"torchscript": 1.0}) and "only verified" in choice.why()

@@ -40,8 +40,12 @@ class Choice:
     def why(self) -> str:
         """One line for ``Report.why``."""
         others = [f"{k} {r:.2f}x" for k, r in self.ratios.items() if k != self.name]
-        return f"{self.name} runs faster in ONNX Runtime ({', '.join(others)} its time, 1 thread)" if others \
-            else f"{self.name}: the only verified graph"
+        if not others:
+            return f"{self.name}: the only verified graph"
+        if min(self.ratios.values()) < 1.0:  # the first graph kept: the other's lead is inside the margin
+            return (f"{self.name} kept: no other graph runs faster by more than the margin in ONNX Runtime "
+                    f"({', '.join(others)} its time, 1 thread)")
+        return f"{self.name} runs faster in ONNX Runtime ({', '.join(others)} its time, 1 thread)"
 
 
 def deployed_session(graph: GraphLike, threads: int = 1):
