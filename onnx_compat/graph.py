@@ -17,15 +17,32 @@ DTYPES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
 
 def all_nodes(proto: onnx.ModelProto):
     """Every node of the graph, its subgraphs and its local functions."""
-    stack = [proto.graph] + list(proto.functions)
+    yield from _nodes_below([proto.graph] + list(proto.functions))
+
+
+def nested_nodes(proto: onnx.ModelProto):
+    """Every node of the graph's subgraphs (a ``Loop``'s or an ``If``'s bodies) and of its local functions:
+    the nodes that do not run once per call of the graph."""
+    yield from _nodes_below([sub for node in proto.graph.node for sub in subgraphs(node)] + list(proto.functions))
+
+
+def subgraphs(node: onnx.NodeProto) -> list:
+    """The graphs a node holds in its attributes (a ``Loop``'s body, an ``If``'s branches)."""
+    found = []
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            found.append(attr.g)
+        found.extend(attr.graphs)
+    return found
+
+
+def _nodes_below(holders):
+    stack = list(holders)
     while stack:
         holder = stack.pop()
         for node in holder.node:
             yield node
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
+            stack.extend(subgraphs(node))
 
 
 def load(model: Union[str, os.PathLike, onnx.ModelProto], load_external_data: bool = False) -> onnx.ModelProto:

@@ -15,10 +15,8 @@ import contextlib
 import importlib
 import io
 import logging
-import os
-import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import onnx
@@ -30,6 +28,7 @@ from onnx_compat.graph import all_nodes
 from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site
+from onnx_compat.pipeline.capture_said import Captured, error_line, progress_strategies
 from onnx_compat.pipeline import weights as weights_module
 from onnx_compat.pipeline.weights import WeightsFolder
 from onnx_compat.spec import TensorSpec
@@ -37,49 +36,6 @@ from onnx_compat.spec import TensorSpec
 EXPORT_PARAMS = versions.EXPORT_PARAMS
 HAS_DYNAMO = versions.HAS_DYNAMO
 _TORCHSCRIPT = {"dynamo": False} if "dynamo" in EXPORT_PARAMS else {}  # torch.onnx.export's flag for it
-
-# TracerWarnings whose cause is a value frozen into the graph.
-_BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"
-                    r"torch\.tensor results are registered as constants|might cause the trace to be incorrect")
-# Noise every export raises; nothing the user can act on.
-_NOISE = re.compile(r"legacy TorchScript-based ONNX export|Constant folding - Only steps=1|"
-                    r"LeafSpec|torchvision is not installed|Exporting a model while it is in training mode|"
-                    r"Using padding='same' with even kernel|create_rename_mapping")
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-
-
-def _noise(record: warnings.WarningMessage) -> bool:
-    """Exporter chatter, and torch's own deprecation notices (a user's deprecations are kept)."""
-    if _NOISE.search(str(record.message)):
-        return True
-    return issubclass(record.category, (DeprecationWarning, FutureWarning)) and \
-        os.path.abspath(record.filename or "").startswith(_TORCH_DIR)
-
-
-@dataclass
-class Captured:
-    """Warnings raised during one export, sorted by what they mean."""
-
-    baked: List[str] = field(default_factory=list)
-    other: List[str] = field(default_factory=list)
-    # how torch.onnx.export(dynamo=True) obtained the graph: each capture strategy it tried, in order
-    capture: List[str] = field(default_factory=list)
-    # the exporter's output as bytes, when it gave bytes (TorchScript, in memory): ONNX Runtime can load
-    # these instead of a re-serialised proto (78 MB for the 12 x 256 Conformer: 0.16 s)
-    serialized: Optional[bytes] = field(default=None, repr=False)
-    # the patches whose wrapper ran during the capture: none, and the capture was the plain export's
-    acted: List[str] = field(default_factory=list)
-    # draft export: what it assumed where torch.export would have stopped (the example's values, guards)
-    assumed: List[str] = field(default_factory=list)
-
-    def add(self, record: warnings.WarningMessage) -> None:
-        text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"
-        if issubclass(record.category, torch.jit.TracerWarning) and _BAKED.search(str(record.message)):
-            if text not in self.baked:
-                self.baked.append(text)
-        elif not _noise(record) and text not in self.other:
-            self.other.append(text)
-
 
 @contextlib.contextmanager
 def _quiet_logs():
@@ -231,7 +187,7 @@ class Dynamo:
                 raise DimSpecialized(static) from exc
             raise
         finally:
-            captured.capture = _strategies(progress.getvalue())
+            captured.capture = progress_strategies(progress.getvalue())
         exported = getattr(program, "exported_program", None)
         narrowed = [] if exported is None or request.let_dims_specialize else \
             dims.narrowed_dims(exported, names, dims.axes_of(request.inputs), request.args)
@@ -355,46 +311,6 @@ def run(exporter, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs
         for record in records:
             captured.add(record)
     return proto, captured
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _wrapper_classes() -> Tuple[type, ...]:
-    """The exporters' generic errors that wrap the real one (``raise ... from``), where this torch has them."""
-    found = [getattr(getattr(torch.onnx, "errors", None), "OnnxExporterError", None)]
-    try:
-        from torch.onnx._internal.exporter import _errors
-        found += [getattr(_errors, "TorchExportError", None), getattr(_errors, "ConversionError", None)]
-    except ImportError:
-        pass
-    return tuple(c for c in found if isinstance(c, type))
-
-
-_WRAPPERS = _wrapper_classes()
-
-
-def error_line(exc: BaseException) -> str:
-    """The root cause in one line: exporters wrap the real error in a generic one
-    whose message starts with a banner; the cause is the ``<class 'X'>: ...`` line."""
-    if isinstance(exc, CaptureError):
-        return exc.line
-    while exc.__cause__ is not None and type(exc) in _WRAPPERS:
-        exc = exc.__cause__
-    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("<class '") and "'>: " in line:
-            kind, _, message = line.partition("'>: ")
-            return f"{kind[len('<class '):].split('.')[-1]}: {message}"
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
-# torch.onnx's progress lines (verbose=True, 2.13): one per capture strategy, then its outcome
-_STRATEGY = re.compile(r"with `([^`]+)`\.\.\. (\u2705|\u274c)")
-
-
-def _strategies(text: str) -> List[str]:
-    return [f"{how}: {'ok' if mark == chr(0x2705) else 'failed'}" for how, mark in _STRATEGY.findall(text)]
 
 
 def _restore_input_names(proto: onnx.ModelProto, names: Sequence[str]) -> None:

@@ -33,6 +33,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx_compat.graph import nested_nodes, subgraphs
+
 KINDS = {"RandomNormal": "normal", "RandomNormalLike": "normal",
          "RandomUniform": "uniform", "RandomUniformLike": "uniform"}
 _UNFED = ("Bernoulli", "Multinomial")  # random nodes no eager draw is fed to
@@ -107,18 +109,16 @@ def _sorted(nodes: List[onnx.NodeProto], priority: Callable) -> Optional[List[on
 
 def _reads(node: onnx.NodeProto):
     yield from node.input
-    for att in node.attribute:
-        for sub in ([att.g] if att.type == onnx.AttributeProto.GRAPH else list(att.graphs)):
-            for inner in sub.node:
-                yield from _reads(inner)
+    for sub in subgraphs(node):
+        for inner in sub.node:
+            yield from _reads(inner)
 
 
 def random_nodes(proto: onnx.ModelProto) -> List[RandomNode]:
     """The main graph's random nodes in graph order (``in_call_order``: the model's call order). A random
     node inside a subgraph (a ``Loop`` draws at every iteration) or a function, or a node no eager draw can
     be fed to, is refused: ``DrawsDiffer``."""
-    nested = [n for g in _subgraphs(proto.graph) for n in g.node if n.op_type in KINDS or n.op_type in _UNFED]
-    nested += [n for f in proto.functions for n in f.node if n.op_type in KINDS or n.op_type in _UNFED]
+    nested = [n for n in nested_nodes(proto) if n.op_type in KINDS or n.op_type in _UNFED]
     if nested:
         raise DrawsDiffer(f"the graph draws inside a loop, branch or function ({nested[0].op_type} "
                           f"{nested[0].name!r}), where eager's draws cannot be fed to it")
@@ -135,14 +135,6 @@ def random_nodes(proto: onnx.ModelProto) -> List[RandomNode]:
             found.append(RandomNode(node.name, node.op_type, node.output[0], kind, float(attrs.get(first, a)),
                                     float(attrs.get(second, b)), attrs.get("dtype")))
     return found
-
-
-def _subgraphs(graph: onnx.GraphProto):
-    for node in graph.node:
-        for att in node.attribute:
-            for sub in ([att.g] if att.type == onnx.AttributeProto.GRAPH else list(att.graphs)):
-                yield sub
-                yield from _subgraphs(sub)
 
 
 def verification_copy(proto: onnx.ModelProto, nodes: Sequence[RandomNode], draws) -> onnx.ModelProto:

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import torch
 
+from ..graph import subgraphs
 from ..runtimes.compare import closeness, degenerate
 from ..runtimes.session import open_session
 from ..spec import Dim, TensorSpec, make_inputs
@@ -168,9 +169,8 @@ def unread_states(proto: onnx.ModelProto, layout: StateLayout) -> List[str]:
     def walk(graph):
         for node in graph.node:
             read.update(node.input)
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    walk(sub)
+            for sub in subgraphs(node):
+                walk(sub)
     walk(proto.graph)
     read.update(o.name for o in proto.graph.output)
     return [s.name for s in layout.flat if s.name not in read]
