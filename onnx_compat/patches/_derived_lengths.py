@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
-import sys
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from ._warning_site import frame_site, model_frame_outside_torch
 
 _ADD = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 _SUB = {"sub", "subtract", "__sub__", "__isub__", "sub_"}
@@ -48,16 +48,11 @@ _BREAK_TEXT = {("neg", "negative", "__neg__"): "negation", ("rsub", "__rsub__"):
 _FAMILY = _ADD | _SUB | _MUL | _FLOORDIV | _DIV | _CLAMP | _CAST | _BREAKS | set(_ROUND) | {f"{n}_" for n in _ROUND}
 # the functions whose keyword arguments of these names are sizes a maximum read as the padded size may be
 _SIZE_ARGS = {"istft": ("length",)}
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def site() -> str:
     """``file:line`` of the model's code that called the op (neither torch's nor onnx_compat's)."""
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith((_TORCH, _OWN)):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "the model"
+    return frame_site(model_frame_outside_torch())
 
 
 class Derived:

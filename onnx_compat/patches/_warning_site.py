@@ -30,14 +30,23 @@ def model_frame(depth: int = 1):
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
+_MACHINERY = (__package__, __package__.rsplit(".", 1)[0] + ".pipeline")  # the patches, the verification
+
+
 def model_frame_outside_torch(depth: int = 1):
-    """``model_frame``, past torch's own frames too: a call that reached a patch through torch's function
-    handler (non-strict export's ``__torch_function__``) is named at the model's line, not torch's."""
+    """``model_frame``, past torch's own frames and the pipeline's too: a call that reached a patch through
+    torch's function handler (non-strict export's ``__torch_function__``), or a ``TorchFunctionMode`` of the
+    verification, is named at the model's line, not torch's or onnx_compat's."""
     frame = model_frame(depth + 1)
     while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(_TORCH)
-                                 or frame.f_globals.get("__name__", "").startswith(__package__)):
+                                 or frame.f_globals.get("__name__", "").startswith(_MACHINERY)):
         frame = frame.f_back
     return frame
+
+
+def frame_site(frame) -> str:
+    """``file:line`` of a frame, or "the model" when none was found."""
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "the model"
 
 
 def said_at(frame, call, *args, **kwargs):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import linecache
 import numbers
-import os
-import sys
 from dataclasses import dataclass
 from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
 
@@ -29,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from onnx_compat.errors import RandomOutputs
+from onnx_compat.patches._warning_site import model_frame_outside_torch
 from onnx_compat.runtimes.compare import closeness
 
 # torch functions and Tensor methods that draw from a generator (dropout draws only in training, which an
@@ -36,8 +35,6 @@ from onnx_compat.runtimes.compare import closeness
 _DRAWS = frozenset(("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "normal",
                     "bernoulli", "multinomial", "poisson", "normal_", "uniform_", "bernoulli_", "random_",
                     "exponential_", "geometric_", "log_normal_", "cauchy_"))
-_SKIPPED = (os.path.dirname(torch.__file__) + os.sep,
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 
 
 def generator_state() -> torch.Tensor:
@@ -245,9 +242,7 @@ def _numbers(args, kwargs, names, defaults):
 
 
 def _caller(name: str) -> str:
-    frame = sys._getframe(2)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SKIPPED):
-        frame = frame.f_back
+    frame = model_frame_outside_torch()
     if frame is None:
         return ""
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
