@@ -102,8 +102,7 @@ def _only_reports(listed, start: int, end: int) -> bool:
         return False
     if any(ins.opname.startswith(_ENDS + ("STORE_", "DELETE_", "RAISE", "IMPORT")) for ins in block):
         return False
-    return any(ins.argval in _REPORTS for ins in block
-               if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_METHOD"))
+    return any(ins.argval in _REPORTS for ins in block if ins.opname in _LOADS)
 
 
 def _branches(code, offset: int):
