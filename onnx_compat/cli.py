@@ -1,14 +1,18 @@
 """``onnx-compat VERB ...``: one verb table, one usage error, one exit-code table.
 
-Exit codes (``docs/cli.md``):
+Exit codes: ``EXIT_CODES`` below, the one table every verb follows (``docs/cli.md`` says, verb by verb, what
+falls in each row):
 
 - 0: done;
-- 1: the work failed (an export, a check, a file that cannot be read): one line ``onnx-compat: <ErrorClass>:
-  <message>`` on stderr, then the ``culprit ...`` line when one was found; ``diagnose`` exits 1 when it names a
-  culprit;
-- 2: the command line is wrong (an unknown option or choice, ``KEY=VALUE`` without ``=``, a dim no input has, an
-  output path that cannot be written, a FACTORY that does not import): one line ``onnx-compat: usage error: ...``,
-  before any work starts;
+- 1: the work failed (an export, a check, a model file that cannot be read): one line ``onnx-compat:
+  <ErrorClass>: <message>`` on stderr, then the ``culprit ...`` line when one was found; ``diagnose`` exits 1
+  when it names a culprit;
+- 2: the command line is wrong, found before any work starts and with nothing written: an unknown option or
+  choice, a bad value (``--beam 0``, ``--measure bogus``, ``KEY=VALUE`` without ``=``, a dim no input has), an
+  input that does not exist (a FACTORY that does not import, ``hf:DIR`` that is no folder, the model to read),
+  an output that cannot be written or that is another file of the same command (``--json`` equal to
+  ``--out`` or to the model read: each verb's ``files(args)``, ``cli_paths.py``): one line ``onnx-compat:
+  usage error: ...``;
 - 130: interrupted (Ctrl-C): one line, no traceback; nothing half written is left.
 
 A FACTORY is ``module:function``; the function returns
@@ -22,11 +26,14 @@ import importlib
 import sys
 from typing import List, Optional
 
+from onnx_compat.cli_args import first_line
 from onnx_compat.errors import ArgumentError, OutputPathError, UsageError
 
 # verb -> the module that defines it: ``add_parser(subparsers)`` and ``run(args) -> exit code``. A verb's module is
 # imported only when that verb runs (every one for ``--help``), so a command loads only its own layers. A verb of
 # another layer is one line here and a module of its own with those two functions.
+# verb -> its module, which also has ``files(args)``: every file the verb will read and write with these options,
+# checked as one set (``cli_paths.Files``) before ``run``.
 VERBS = {
     "export": "onnx_compat.verbs.export",
     "verify": "onnx_compat.verbs.verify",
@@ -39,6 +46,20 @@ VERBS = {
 }
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
+
+# The one exit-code table: an error's code is that of the first row it belongs to. Every verb's bad value is a
+# ``UsageError`` (argparse's complaints, the verbs' checks, ``cli_paths``) or an argument the library refused
+# before any work (``ArgumentError``, ``OutputPathError``); anything else is the work failing.
+EXIT_CODES = (
+    ((KeyboardInterrupt,), INTERRUPTED),
+    ((UsageError, ArgumentError, OutputPathError), USAGE),
+    ((Exception,), FAILED),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """``exc``'s row of ``EXIT_CODES``."""
+    return next(code for kinds, code in EXIT_CODES if isinstance(exc, kinds))
 
 
 class Parser(argparse.ArgumentParser):
@@ -62,7 +83,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     """Parse ``argv`` and run its verb; errors are raised (``main`` turns them into exit codes)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(argv[0] if argv and argv[0] in VERBS else None).parse_args(argv)
-    return importlib.import_module(VERBS[args.command]).run(args)
+    verb = importlib.import_module(VERBS[args.command])
+    verb.files(args).check()  # every input there, every output writable and distinct: before any work
+    return verb.run(args)
 
 
 def _say(text: str) -> None:
@@ -70,29 +93,30 @@ def _say(text: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``onnx-compat``'s exit code for ``argv`` (the table in this module's docstring)."""
+    """``onnx-compat``'s exit code for ``argv`` (``EXIT_CODES``), and one line on stderr when it is not 0."""
     try:
         return run(argv)
     except SystemExit as exc:  # --help and --version: argparse's own exit
         return exc.code if isinstance(exc.code, int) else OK
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - one clear line for a pipeline's log
+        code = exit_code(exc)
+        _tell(exc, code)
+        return code
+
+
+def _tell(exc: BaseException, code: int) -> None:
+    """The one line of ``exc`` for its exit code; a failure adds the ``culprit ...`` line when it has one."""
+    if code == INTERRUPTED:
         _say("interrupted")
-        return INTERRUPTED
-    except (UsageError, ArgumentError, OutputPathError) as exc:  # what the library refused before any work
-        _say(f"usage error: {_first_line(exc)}")
-        return USAGE
-    except Exception as exc:  # noqa: BLE001 - one clear line for a pipeline's log, and the module at fault
-        lines = str(exc).strip().splitlines()
-        _say(f"{type(exc).__name__}: {lines[0] if lines else ''}")
-        for line in lines[1:]:
-            if line.startswith("culprit "):
-                print(line, file=sys.stderr)
-        return FAILED
-
-
-def _first_line(exc: BaseException) -> str:
+        return
+    if code == USAGE:
+        _say(f"usage error: {first_line(exc)}")
+        return
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    _say(f"{type(exc).__name__}: {lines[0] if lines else ''}")
+    for line in lines[1:]:
+        if line.startswith("culprit "):
+            print(line, file=sys.stderr)
 
 
 def command() -> None:

@@ -7,12 +7,13 @@ Every problem here is a ``UsageError`` naming the option (exit code 2).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from onnx_compat.errors import FactoryError, OutputPathError, UsageError
+from onnx_compat.errors import FactoryError, OnnxCompatError, UsageError
 from onnx_compat.factories import call_factory
 
 EXPORTERS = ("auto", "dynamo", "torchscript")
@@ -50,14 +51,14 @@ class Progress:
 
 def add_tolerances(parser) -> None:
     """``--atol``/``--rtol``, with ``export()``'s defaults, for every verb that compares with the eager model."""
-    parser.add_argument("--atol", type=float, default=1e-4)
-    parser.add_argument("--rtol", type=float, default=1e-3)
+    parser.add_argument("--atol", type=float_at_least(0.0), default=1e-4)
+    parser.add_argument("--rtol", type=float_at_least(0.0), default=1e-3)
 
 
 def add_graph_options(parser) -> None:
     """``--metadata``/``--opset``, for every verb that writes a graph it exports."""
     parser.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
-    parser.add_argument("--opset", type=int)
+    parser.add_argument("--opset", type=int_at_least(7, "an ONNX opset"))
 
 
 def progress_for(args) -> Optional[Progress]:
@@ -76,6 +77,8 @@ def pairs(items: Optional[Iterable[str]], option: str, cast: Callable[[str], obj
             raise UsageError(f"{option} takes KEY=VALUE, got {item!r}", option=option)
         try:
             out[key] = cast(value)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{option} {item!r}: {exc}", option=option) from None
         except ValueError:
             kind = getattr(cast, "__name__", "value")
             raise UsageError(f"{option} {item!r}: {value!r} is not a{'n' if kind[0] in 'aeiou' else ''} {kind}",
@@ -83,22 +86,62 @@ def pairs(items: Optional[Iterable[str]], option: str, cast: Callable[[str], obj
     return out
 
 
-def writable(path: Optional[str], option: str, what: str = "the file") -> Optional[str]:
-    """``path`` (an output option) checked now, before minutes of work: its folder exists and is writable."""
-    if path is None:
-        return None
-    from onnx_compat.pipeline.files import check_writable
-    try:
-        return check_writable(path, what)
-    except OutputPathError as exc:
-        raise UsageError(f"{option}: {exc}", option=option) from None
+def write_report(path: Optional[str], text: str) -> None:
+    """``--json``: the report written whole (renamed into place), so a failed write leaves no half file."""
+    if path is not None:
+        from onnx_compat.pipeline.files import write_text_atomically
+        write_text_atomically(os.path.abspath(path), text + "\n")
 
 
-def readable(path: str, option: str) -> str:
-    """An input file given on the command line that must exist."""
-    if not os.path.isfile(path):
-        raise UsageError(f"{option}: no such file {path!r}", option=option)
-    return path
+def int_at_least(low: int, what: str = "a count") -> Callable[[str], int]:
+    """An argparse ``type``: an int of at least ``low``; anything else is the usage error naming the option
+    (``--beam 0`` once reached the library and exited 1)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is not {what}: at least {low}")
+        return value
+    return parse
+
+
+def float_at_least(low: float, above: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite float of at least ``low`` (above it with ``above``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (value > low if above else value >= low) or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number {'above' if above else 'of at least'} "
+                                             f"{low:g}")
+        return value
+    return parse
+
+
+def checked_by(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse ``type`` that asks the library's own check of a value (a measure's name, a target):
+    what it refuses is the usage error, with the library's message, before any work."""
+    def parse(text: str) -> str:
+        try:
+            check(text)
+        except OnnxCompatError as exc:
+            raise argparse.ArgumentTypeError(first_line(exc)) from None
+        return text
+    return parse
+
+
+def usage_of(exc: OnnxCompatError, option: str) -> UsageError:
+    """A library's refusal of a command-line value, found before any work, as the usage error naming
+    ``option``."""
+    return UsageError(f"{option}: {first_line(exc)}", option=option)
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def load_factory(spec: str):
@@ -121,7 +164,6 @@ def load_examples(path: Optional[str], option: str = "--examples"):
         return None
     if not path.endswith((".npz", ".pt")):
         raise UsageError(f"{option} takes a .npz or .pt file, got {path!r}", option=option)
-    readable(path, option)
     import torch
     if path.endswith(".npz"):
         import numpy as np
@@ -144,7 +186,7 @@ def load_vocabulary(path: Optional[str], option: str = "--vocabulary") -> Option
 
 def sizes_for(items: Optional[Iterable[str]], inputs: Sequence, option: str = "--size") -> Dict[str, int]:
     """``--size DIM=N`` for the declared inputs: a dim no input has is a typo, named now."""
-    sizes = pairs(items, option, int)
+    sizes = pairs(items, option, int_at_least(1, "a size"))
     from onnx_compat.spec import TensorSpec
     specs = [inputs] if isinstance(inputs, TensorSpec) else list(inputs or ())
     known = sorted({d.name for s in specs if isinstance(s, TensorSpec) for d in s.dynamic_axes().values()})

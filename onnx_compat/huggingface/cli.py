@@ -9,6 +9,7 @@ one, with other exit codes): ``onnx-compat export hf:DIR ...``.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Optional
 
 from .families import TASK_NAMES
@@ -33,3 +34,20 @@ def export_hf(source: str, out: str, task: Optional[str], *, copy_files: bool = 
     from .job import export_pretrained
     folder = source[len(PREFIX):] if is_hf_source(source) else source
     return export_pretrained(folder, out, task, copy_files=copy_files, **export_kwargs)
+
+
+def declare_files(source: str, out: str, copy_files: bool, files) -> None:
+    """What an ``hf:DIR`` export reads and writes beyond the model (``cli_paths.Files``): the checkpoint
+    folder, and each runtime file it holds, copied beside ``out`` (unless it is already there)."""
+    from .files import runtime_files
+    folder = source[len(PREFIX):]
+    files.read(folder, "hf:DIR", "the checkpoint folder", folder=True)
+    if not os.path.isdir(folder):
+        return  # files.check() names it
+    beside = os.path.dirname(os.path.abspath(out))
+    for path in runtime_files(folder):
+        name = os.path.basename(path)
+        files.read(path, "hf:DIR", f"the checkpoint's {name}")
+        copy = os.path.join(beside, name)
+        if copy_files and not (os.path.exists(copy) and os.path.samefile(copy, path)):
+            files.write(copy, "--out", f"the checkpoint's {name} copied beside the model")

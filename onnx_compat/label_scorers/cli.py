@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 
-from onnx_compat.cli_args import EXPORTERS
+from onnx_compat.cli_args import EXPORTERS, int_at_least
+from onnx_compat.cli_paths import Files
 from onnx_compat.errors import FactoryError, UsageError
 from onnx_compat.factories import call_factory
 
@@ -29,7 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the folder to write (graphs, label-scorer.config, report.json)")
     p.add_argument("--exporter", default="auto", choices=EXPORTERS)
     p.add_argument("--release", choices=["master", "transducer-pr"], help="the RASR release (default: the job's)")
-    p.add_argument("--beam", type=int, help="the proof's beam width (default 4)")
+    p.add_argument("--beam", type=int_at_least(1, "a beam width"), help="the proof's beam width (default 4)")
     p.add_argument("--utterances", help="feature lengths the proof decodes, comma-separated")
     return p
 
@@ -51,28 +51,26 @@ def _utterances(text):
     if text is None:
         return None
     try:
-        return [int(n) for n in text.split(",")]
+        lengths = [int(n) for n in text.split(",")]
     except ValueError:
-        raise UsageError(f"--utterances takes comma-separated frame counts, got {text!r}", option="--utterances") \
-            from None
+        lengths = [0]
+    if min(lengths) < 1:
+        raise UsageError(f"--utterances takes comma-separated feature frame counts of at least 1, got {text!r}",
+                         option="--utterances")
+    return lengths
 
 
-def _folder(path: str) -> str:
-    """The output folder checked before minutes of work: not a file, and its parent exists and is writable."""
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path)
-    if os.path.isfile(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise UsageError(f"--out: cannot write the folder {path!r} (a file is there, or {parent!r} is not a "
-                         "writable folder)", option="--out")
-    return path
+def files(args: argparse.Namespace) -> Files:
+    """The folder: its graphs, ``label-scorer.config`` and ``report.json`` go in it."""
+    return Files().write(args.out, "--out", "the label scorer folder", folder=True)
 
 
 def run(args: argparse.Namespace) -> int:
     from .api import export_label_scorer
-    _folder(args.out)
+    utterances = _utterances(args.utterances)
     job = load_job(args.factory)
     job["exporter"] = args.exporter
-    for key, value in (("release", args.release), ("beam", args.beam), ("utterances", _utterances(args.utterances))):
+    for key, value in (("release", args.release), ("beam", args.beam), ("utterances", utterances)):
         if value is not None:
             job[key] = value
     report = export_label_scorer(args.out, **job)

@@ -11,8 +11,11 @@ and ``run(args)``, which returns the exit code.
 from __future__ import annotations
 
 import argparse
+import os
 
-from onnx_compat.cli_args import EXPORTERS, add_graph_options, add_tolerances, pairs, writable
+from onnx_compat.cli_args import (EXPORTERS, add_graph_options, add_tolerances, float_at_least, int_at_least, pairs,
+                                  write_report)
+from onnx_compat.cli_paths import Files
 from onnx_compat.errors import FactoryError
 from onnx_compat.factories import call_factory
 
@@ -26,9 +29,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the .onnx file to write")
     p.add_argument("--exporter", default="auto", choices=EXPORTERS)
     p.add_argument("--json", help="also write the report as JSON here")
-    p.add_argument("--chunks", type=int, default=6, help="calls per verification stream (at least 5)")
-    p.add_argument("--batch", type=int, action="append", help="a batch size to stream at (default: 1 and one more)")
-    p.add_argument("--max-drift", type=float, help="error when the stream drifts further from the full forward")
+    p.add_argument("--chunks", type=int_at_least(5, "a stream length"), default=6,
+                   help="calls per verification stream (at least 5)")
+    p.add_argument("--batch", type=int_at_least(1, "a batch size"), action="append",
+                   help="a batch size to stream at (default: 1 and one more)")
+    p.add_argument("--max-drift", type=float_at_least(0.0, above=True),
+                   help="error when the stream drifts further from the full forward")
     add_graph_options(p)
     add_tolerances(p)
     return p
@@ -45,17 +51,22 @@ def load_job(spec: str) -> dict:
     return job
 
 
+def files(args: argparse.Namespace) -> Files:
+    """The step model, its weights file when they spill to one (``OUT.data``), and the report."""
+    out = os.path.abspath(args.out)
+    return Files().write(out, "--out", "the ONNX model").write(out + ".data", "--out", "the model's weights file "
+                                                              "(OUT.data)").write(args.json, "--json", "the report")
+
+
 def run(args: argparse.Namespace) -> int:
     from .api import export_streaming
-    out = writable(args.out, "--out", "the ONNX model")
-    report_path = writable(args.json, "--json", "the report")
+    out = os.path.abspath(args.out)
     metadata = pairs(args.metadata, "--metadata")
     job = load_job(args.factory)
     report = export_streaming(job["step"], out, job["inputs"], job["states"], job["outputs"],
                               exporter=args.exporter, chunks=args.chunks, batches=args.batch,
                               max_drift=args.max_drift, metadata=metadata, opset=args.opset,
                               atol=args.atol, rtol=args.rtol, **{k: job[k] for k in OPTIONAL if k in job})
-    if report_path:
-        report.to_json(report_path)
+    write_report(args.json, report.to_json())
     print(report.summary())
     return 0

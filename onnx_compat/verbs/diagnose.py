@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from onnx_compat.cli_args import add_tolerances, load_examples, load_factory, sizes_for
+from onnx_compat.cli_paths import Files
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -14,6 +15,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     d.add_argument("--examples", help="real inputs: FILE.npz or FILE.pt")
     add_tolerances(d)
     return d
+
+
+def files(args: argparse.Namespace) -> Files:
+    """``diagnose`` writes nothing; it reads the examples."""
+    return Files().read(args.examples, "--examples", "the examples")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_compat.cli_args import (EXPORTERS, LazyChoices, add_graph_options, add_tolerances, load_examples,
-                                  load_factory, load_vocabulary, pairs, progress_for, sizes_for, writable)
+import os
+
+from onnx_compat.cli_args import (EXPORTERS, LazyChoices, add_graph_options, add_tolerances, checked_by,
+                                  int_at_least, load_examples, load_factory, load_vocabulary, pairs, progress_for,
+                                  sizes_for, write_report)
+from onnx_compat.cli_paths import Files
 from onnx_compat.errors import UsageError
 from onnx_compat.huggingface import cli as hf_cli
 
@@ -21,6 +25,11 @@ def _recipes():
     return ["auto", *NAMES]
 
 
+def _target(text: str) -> None:
+    from onnx_compat.pipeline.releases import parse_target
+    parse_target(text)
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export a model from a factory (or hf:DIR), verify it, write it")
     e.add_argument("factory", help="MODULE:FACTORY, or hf:DIR for a transformers checkpoint folder")
@@ -35,7 +44,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     e.add_argument("--strict", action="store_true", help="baked constants and degenerate outputs are errors")
     e.add_argument("--rasr", action="store_true", help="require RASR's rules to hold")
     e.add_argument("--examples", help="real inputs: FILE.npz (one example) or FILE.pt (a dict or list of dicts)")
-    e.add_argument("--target", help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
+    e.add_argument("--target", type=checked_by(_target),
+                   help="the ONNX Runtime release the model must load in, e.g. onnxruntime==1.16")
     e.add_argument("--external-data", action="store_true", default=None,
                    help="weights in OUT.data beside the graph (automatic from 1 GiB of weights; less memory)")
     e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=RUNTIME_HELP)
@@ -50,6 +60,35 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return e
 
 
+def files(args: argparse.Namespace) -> Files:
+    """Every file this export reads and may write: the model, its weights file (``OUT.data``: asked for, or
+    automatic from 1 GiB of weights), the float model beside a quantized one, a contract's files, an
+    ``hf:DIR``'s runtime files, the report."""
+    out = os.path.abspath(args.out)
+    found = Files().read(args.examples, "--examples", "the examples").read(args.vocabulary, "--vocabulary",
+                                                                         "the tokens")
+    if hf_cli.is_hf_source(args.factory):
+        hf_cli.declare_files(args.factory, out, not args.no_files, found)
+    found.write(out, "--out", "the ONNX model").write(out + ".data", "--out", "the model's weights file (OUT.data)")
+    if args.quantize:
+        from onnx_compat.quantization.api import float_path_for
+        found.write(float_path_for(out), "--out", "the float model kept beside the quantized one")
+    for name in _contract_files(args.contract):
+        found.write(os.path.join(os.path.dirname(out), name), "--contract", f"the contract's {name}")
+    return found.write(args.json, "--json", "the report")
+
+
+def _contract_files(name) -> list:
+    """The names of the files the contract ``name`` writes beside the model (sherpa-onnx's tokens.txt)."""
+    if name is None:
+        return []
+    import onnx
+    from onnx_compat.contracts import CONTRACTS
+    from onnx_compat.contracts.base import Context
+    contract = next(c for c in CONTRACTS if c.name == name)
+    return sorted(contract.files(Context(onnx.ModelProto(), [], [], {}, vocabulary=[]))) if contract.files else []
+
+
 def options(args: argparse.Namespace, progress) -> dict:
     """The ``export()`` keywords the options give, each checked (an output path before any work)."""
     return dict(exporter=args.exporter, metadata=pairs(args.metadata, "--metadata"), opset=args.opset,
@@ -61,13 +100,12 @@ def options(args: argparse.Namespace, progress) -> dict:
 
 def export_from(args: argparse.Namespace):
     """The export the parsed options ask for, every option checked before any work; the ``Report``."""
-    out = writable(args.out, "--out", "the ONNX model")
-    report_path = writable(args.json, "--json", "the report")
+    out = os.path.abspath(args.out)
     examples = load_examples(args.examples)
     kwargs = options(args, progress_for(args))
     if hf_cli.is_hf_source(args.factory):
         report = hf_cli.export_hf(args.factory, out, args.task, copy_files=not args.no_files, examples=examples,
-                                  sizes=pairs(args.size, "--size", int) or None, **kwargs)
+                                  sizes=pairs(args.size, "--size", int_at_least(1, "a size")) or None, **kwargs)
     else:
         for flag, given in (("--task", args.task), ("--no-files", args.no_files)):
             if given:
@@ -76,8 +114,7 @@ def export_from(args: argparse.Namespace):
         model, inputs, outputs, factory_examples = load_factory(args.factory)
         report = export(model, out, inputs, outputs, sizes=sizes_for(args.size, inputs),
                         examples=examples or factory_examples, **kwargs)
-    if report_path:
-        report.to_json(report_path)
+    write_report(args.json, report.to_json())
     return report
 
 

@@ -5,6 +5,7 @@ import argparse
 import json
 from typing import Dict, List, Optional
 
+from onnx_compat.cli_paths import Files
 from onnx_compat.errors import UsageError
 
 
@@ -44,6 +45,11 @@ def text(info: dict) -> str:
     lines.append("rasr     " + ("ok, fits " + "/".join(rasr["roles"]) if rasr["ok"] else "; ".join(rasr["findings"])))
     lines += [f"finding  {f}" for f in info["findings"]]
     return "\n".join(lines)
+
+
+def files(args: argparse.Namespace) -> Files:
+    """``inspect`` writes nothing (``--json`` prints); it reads the model."""
+    return Files().read(args.onnx, "onnx", "the model inspected")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-from onnx_compat.cli_args import writable
+from onnx_compat.cli_paths import Files
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -13,12 +14,18 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return r
 
 
+def files(args: argparse.Namespace) -> Files:
+    """The model repaired (with its weights file, which it reads) and the repaired model, which is written
+    whole (weights inside): it must be another file, so a failed repair never touches the one it read."""
+    return Files().read_model(args.onnx, "onnx", "the model repaired").write(args.out, "--out", "the repaired model")
+
+
 def run(args: argparse.Namespace) -> int:
     from onnx_compat.graph import load
     from onnx_compat.pipeline.files import write_atomically
     from onnx_compat.int_repair import repair_int_types
     from onnx_compat.runtimes.session import open_session
-    out = writable(args.out, "--out", "the repaired model")
+    out = os.path.abspath(args.out)
     fixed, done = repair_int_types(load(args.onnx, load_external_data=True))
     open_session(fixed)  # loads now, or raises with ONNX Runtime's reason
     write_atomically(fixed, out)

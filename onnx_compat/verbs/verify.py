@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from onnx_compat.cli_args import add_tolerances, load_examples, load_factory, readable, writable
+from onnx_compat.cli_args import add_tolerances, load_examples, load_factory, write_report
+from onnx_compat.cli_paths import Files
 from onnx_compat.verbs.export import RUNTIME_HELP
 
 
@@ -19,19 +20,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return v
 
 
+def files(args: argparse.Namespace) -> Files:
+    """The model checked (and its weights file, when it has one), the examples; the results file."""
+    found = Files().read_model(args.onnx, "onnx", "the model checked")
+    return found.read(args.examples, "--examples", "the examples").write(args.json, "--json", "the results")
+
+
 def run(args: argparse.Namespace) -> int:
     from onnx_compat.graph import load
     from onnx_compat.pipeline.verification import verify
-    readable(args.onnx, "onnx")
-    report_path = writable(args.json, "--json", "the results")
     examples = load_examples(args.examples)
     load(args.onnx)  # a damaged file is named now, not by ONNX Runtime's message
     model, inputs, outputs, factory_examples = load_factory(args.factory)
     results = verify(args.onnx, model, inputs, outputs, atol=args.atol, rtol=args.rtol,
                      examples=examples or factory_examples, runtimes=args.runtime or ())
-    if report_path:
-        with open(report_path, "w", encoding="utf-8") as fh:
-            json.dump([r.to_dict() for r in results], fh, indent=2)
+    write_report(args.json, json.dumps([r.to_dict() for r in results], indent=2))
     for r in results:
         where = f" in {r.runtime}" if r.runtime else ""
         print(f"ok  {'example ' if r.example else ''}{r.sizes}{where}  "
