@@ -24,7 +24,10 @@ The called ``len`` and ``max`` are pointed at stand-ins the same way (``len_of``
 ``torch.export.export`` runs the model's Python: ``make_pad_mask``'s
 ``bs = int(len(lengths.tolist()))`` then is the traced batch (a 0-d traced size
 that ``int_of`` keeps, or the batch's symbol) and ``int(max(lengths))`` the
-padded dim. They are ``len`` and ``max`` for anything else.
+padded dim. Over any tensor (issue #47, 4) ``len(x)`` is the traced size of its first dim (Python's ``len()``
+must return an int: TorchScript froze the batch, dynamo specialised it), and builtin ``max``/``min`` over an
+integer tensor of one dim its ``max()``/``min()`` (Python's iterate it: the batch unrolled or specialised).
+They are ``len``, ``max`` and ``min`` for anything else.
 """
 from __future__ import annotations
 
@@ -40,8 +43,8 @@ from onnx_compat.patches.registry import Patch, register
 
 NAME = "__onnx_compat_int__"
 # the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
-NAMES = {"int": NAME, "len": "__onnx_compat_len__", "max": "__onnx_compat_max__"}
-_kept = 0  # int() calls that returned a padded size (for ``patch.idle``)
+NAMES = {"int": NAME, "len": "__onnx_compat_len__", "max": "__onnx_compat_max__", "min": "__onnx_compat_min__"}
+_kept = 0  # int(), len(), max(), min() calls that returned a traced size or a reduction (for ``patch.idle``)
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _CALLED_LOAD = sys.version_info >= (3, 11)  # LOAD_GLOBAL's low bit says the name is loaded to be called
@@ -66,6 +69,12 @@ def int_of(value, *args, **kwargs):
             _kept += 1
             return size
     return int(value, *args, **kwargs)
+
+
+def count_kept() -> None:
+    """A stand-in (``len_of``, ``max_of``, ``min_of``) changed what the model's call returns."""
+    global _kept
+    _kept += 1
 
 
 def _rewritten(code: types.CodeType, cache: Dict[types.CodeType, types.CodeType]) -> types.CodeType:
@@ -161,8 +170,8 @@ def _names(code: types.CodeType) -> Set[str]:
 
 def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
     """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
-    from .lengths import len_of, max_of
-    stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of}
+    from .lengths import len_of, max_of, min_of
+    stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of, NAMES["min"]: min_of}
     cache: Dict[types.CodeType, types.CodeType] = {}
     undo = []
     for fn in fns:
@@ -195,6 +204,8 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     finally:
         _restore(undo)
+        from .lengths import forget_batch
+        forget_batch()
         if _kept == before:
             idle("padded_lengths_int")
 

@@ -256,24 +256,60 @@ _batch: list = []  # the traced batch sizes len_of handed out (int_of keeps them
 
 
 def len_of(value):
-    """``len()`` of a declared lengths input's ``tolist()``: the traced batch size (a 0-d tensor under
-    TorchScript, the batch's symbol under dynamo)."""
-    if not isinstance(value, LengthsList):
+    """``len()`` of a declared lengths input's ``tolist()``, or of any tensor while exporting: the traced size of
+    its first dim (a 0-d tensor under TorchScript, the dim's symbol under dynamo), as ``x.shape[0]`` gives it.
+    Python's ``len()`` must return an int, so ``b = len(x)`` froze the batch under TorchScript and specialised it
+    under dynamo (issue #47, 4)."""
+    if isinstance(value, LengthsList):
+        tensor = value.tensor
+    elif isinstance(value, torch.Tensor) and value.dim() > 0 and any_exporting():
+        tensor = value
+    else:
         return len(value)
-    tensor = value.tensor
     size = torch._shape_as_tensor(tensor)[0] if torchscript_exporting() else tensor.shape[0]
     _batch.append(size)
+    _substituted()
     return size
 
 
+def _substituted() -> None:
+    from .int_calls import count_kept
+    count_kept()
+
+
 def max_of(*args, **kwargs):
-    """Builtin ``max`` over a declared lengths input's ``tolist()``: the padded dim (as ``max(lengths)``)."""
+    """Builtin ``max`` over a declared lengths input's ``tolist()``: the padded dim (as ``max(lengths)``). Builtin
+    ``max`` over one integer tensor of one dim while exporting is its ``max()`` (the same number): Python's
+    ``max`` iterates the tensor, which unrolls the batch under TorchScript and specialises it under dynamo; its
+    ``max()`` is a reduction in the graph, and the padded dim for a declared lengths input."""
     if len(args) == 1 and not kwargs and isinstance(args[0], LengthsList):
         return _maximum(args[0].entry, args[0].tensor, model_frame())
     entry = _entry(args[0]) if len(args) == 1 and not kwargs else None
     if entry is not None:  # max(lengths) itself, as ``_iter`` reads it
         return _maximum(entry, args[0], model_frame())
+    if _reducible(args, kwargs):
+        _substituted()
+        return args[0].max()
     return max(*args, **kwargs)
+
+
+def min_of(*args, **kwargs):
+    """Builtin ``min`` over one integer tensor of one dim while exporting: its ``min()``, as ``max_of``."""
+    if _reducible(args, kwargs):
+        _substituted()
+        return args[0].min()
+    return min(*args, **kwargs)
+
+
+def _reducible(args, kwargs) -> bool:
+    value = args[0] if len(args) == 1 and not kwargs else None
+    return (isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_floating_point()
+            and not value.is_complex() and value.dtype != torch.bool and any_exporting())
+
+
+def forget_batch() -> None:
+    """The sizes ``len_of`` handed out during one trace, dropped when it ends."""
+    _batch.clear()
 
 
 def kept_size(value):

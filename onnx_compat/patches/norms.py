@@ -11,6 +11,13 @@
     training for unknown batch size"). With running statistics, instance norm
     *is* batch norm in inference mode, which exports as
     ``BatchNormalization``.
+``group_norm_traced_groups``
+    ``F.group_norm`` / ``nn.GroupNorm`` whose ``num_groups`` is computed from a
+    shape (``h.shape[1] // 4``): the tracer makes it a 0-d tensor and the
+    exporter wants a constant ("Expected node type 'onnx::Constant' for
+    argument 'num_groups'"; issue #47, 5). Written out with the groups taken
+    from the graph: the input reshaped to ``[B, groups, -1]``, normalised with
+    the biased variance, reshaped back, then the per-channel affine.
 
 The dynamo exporter handles both; these act under the TorchScript exporter only.
 """
@@ -60,6 +67,36 @@ def _instance_norm(wrapped, instance, args, kwargs):
     return F.batch_norm(b["input"], b["running_mean"], b["running_var"], b["weight"], b["bias"],
                         training=False, momentum=0.0, eps=b["eps"])
 
+
+def group_norm(x, groups, weight=None, bias=None, eps=1e-5):
+    """``F.group_norm`` in ops every exporter writes; ``groups`` may be a traced size."""
+    work = x.float() if x.dtype in _LOW_PRECISION else x
+    grouped = work.reshape(x.shape[0], groups, -1)
+    mean = grouped.mean(-1, keepdim=True)
+    centred = grouped - mean
+    y = (centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)).reshape_as(work).to(x.dtype)
+    channel = (1, -1) + (1,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * weight.reshape(channel)
+    return y + bias.reshape(channel) if bias is not None else y
+
+
+def _group_norm(wrapped, instance, args, kwargs):
+    b = tensor_call(instance, args, kwargs, ("input", "num_groups", "weight", "bias", "eps"),
+                    {"weight": None, "bias": None, "eps": 1e-5})
+    if b is None or not isinstance(b["num_groups"], torch.Tensor) or b["input"].dim() < 2:
+        return wrapped(*args, **kwargs)  # an int: GroupNormalization exports
+    return group_norm(b["input"], b["num_groups"], b["weight"], b["bias"], b["eps"])
+
+
+register(Patch(
+    name="group_norm_traced_groups",
+    description="F.group_norm / nn.GroupNorm with num_groups computed from a shape export under TorchScript "
+                "(written out with the groups taken from the graph)",
+    targets=("torch.nn.functional:group_norm",),
+    wrapper=_group_norm,
+    when="torchscript",
+))
 
 register(Patch(
     name="rms_norm",

@@ -12,7 +12,11 @@ L]`` 0/1 membership mask, then a matmul with the mask normalised per bin
 (average) or a masked max. Pooling is separable, so 2-D and 3-D pooling is
 one pass per pooled axis. An output size of 1 (global pooling) already
 exports right and is left to PyTorch, as are ``return_indices=True`` and
-integer tensors.
+integer tensors. ``None`` in the output size keeps that axis as it is: PyTorch
+fills it with the input's size, which the TorchScript exporter cannot take as a
+constant ("output_size is not constant", issue #47, 5), so an output size with a
+``None`` is pooled here axis by axis even where the others are 1 (a mean or a
+maximum over that axis).
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ def bin_mask(length, out: int, device=None) -> torch.Tensor:
 
 
 def _pool_axis(x: torch.Tensor, axis: int, out: int, kind: str) -> torch.Tensor:
+    if out == 1:  # one bin over the whole axis
+        return x.mean(axis, keepdim=True) if kind == "avg" else x.amax(axis, keepdim=True)
     last = x.dim() - 1
     moved = x.movedim(axis, last)
     mask = bin_mask(x.shape[axis], out, x.device)
@@ -72,15 +78,18 @@ def _adaptive_pool(wrapped, instance, args, kwargs):
     if b is None or b["return_indices"] or not b["input"].is_floating_point() or b["input"].dim() < n + 1:
         return wrapped(*args, **kwargs)
     sizes = _sizes(b["output_size"], n)
-    if sizes is None or all(s in (None, 1) for s in sizes):
+    if sizes is None or all(s == 1 for s in sizes):
         return wrapped(*args, **kwargs)  # PyTorch's own error, or global pooling, which exports as it is
+    if all(s is None for s in sizes):
+        return b["input"].clone()  # every axis kept: one element per bin
     return adaptive_pool(b["input"], sizes, kind)
 
 
 register(Patch(
     name="adaptive_pooling",
     description="adaptive_avg/max_pool1d/2d/3d to sizes other than 1 keep bins right at every input size "
-                "(bin edges computed in the graph from the runtime length; both exporters)",
+                "(bin edges computed in the graph from the runtime length; both exporters); None in the output size "
+                "keeps that axis (TorchScript: 'output_size is not constant')",
     targets=tuple(f"torch.nn.functional:adaptive_{k}_pool{n}d" for k in ("avg", "max") for n in (1, 2, 3))
     + ("torch:adaptive_avg_pool1d",),  # torch.adaptive_max_pool1d returns indices too: not the same function
     wrapper=_adaptive_pool,

@@ -1,0 +1,76 @@
+"""Small models of their own for the patterns of issue #47 (coverage on first contact, round three), used by
+test_patterns_round3.py.
+
+Kept out of the test module, as pattern_models.py is: pytest rewrites the ``assert`` statements of test modules,
+and model code must reach the exporters as a library has it.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from pattern_models import _DeclaresLengths
+
+
+# --- 4. Python's len() and max()/min() over tensors ----------------------------------------------
+
+class LenAsBatch(_DeclaresLengths):
+    """The batch read with Python's ``len()``: of the input (``b = len(x)``, a reshape by it) or of the lengths
+    (``batch_size = len(lengths)``, a mask expanded to it)."""
+
+    def __init__(self, of="input"):
+        super().__init__()
+        self.of, self.proj = of, nn.Linear(8, 8)
+
+    def body(self, x, lengths):
+        if self.of == "input":
+            b = len(x)
+            pooled = self.proj(x).reshape(b, -1, 4).sum(1)
+            return pooled.repeat(1, 2) / lengths[:, None]
+        batch_size = len(lengths)
+        mask = torch.arange(x.shape[1])[None, :].expand(batch_size, -1) < lengths[:, None]
+        return (self.proj(x) * mask[..., None]).sum(1) / lengths[:, None]
+
+
+class BuiltinReduction(_DeclaresLengths):
+    """Python's builtin ``max``/``min`` over a lengths tensor (a library's own caller: ``max(wav_lengths)``
+    sizing a padding mask; ``min(lengths)`` cropping every sequence to the shortest)."""
+
+    def __init__(self, form="max", declares=True):
+        super().__init__()
+        self.form, self.declares, self.proj = form, declares, nn.Linear(8, 8)
+
+    def body(self, x, lengths):
+        if self.form == "max":
+            mask = torch.arange(max(lengths))[None, :] < lengths[:, None]
+            return (self.proj(x) * mask[..., None]).sum(1) / lengths[:, None]
+        shortest = min(lengths)
+        return self.proj(x).narrow(1, 0, shortest).mean(1)
+
+
+# --- 5. a traced size as a module argument -------------------------------------------------------
+
+class GroupsFromShape(nn.Module):
+    """``F.group_norm`` whose ``num_groups`` is computed from the channels' size (``h.shape[1] // 2``), and an
+    ``nn.GroupNorm`` built with a size read off a shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(8, 8, 3, padding=1)
+        self.weight, self.bias = nn.Parameter(torch.randn(8)), nn.Parameter(torch.randn(8))
+
+    def forward(self, x):  # [B, T, 8] -> [B, 8, T]
+        h = self.conv(x.transpose(1, 2))
+        return F.group_norm(h, h.shape[1] // 2, self.weight, self.bias) + F.group_norm(h, h.shape[1] // 8)
+
+
+class PoolKeepsAnAxis(nn.Module):
+    """Adaptive pooling with ``None`` in the output size (that axis kept): ``(None, 1)`` pools the features of
+    every frame, ``(1, None)`` the frames of every feature, ``(None, 3)`` three feature bins per frame."""
+
+    def __init__(self, size=(None, 1), kind="avg"):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 3, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(size) if kind == "avg" else nn.AdaptiveMaxPool2d(size)
+
+    def forward(self, x):  # [B, T, 8] -> [B, 3, T or 1, 1 or 3 or 8]
+        return self.pool(self.conv(x[:, None]))
