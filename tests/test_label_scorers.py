@@ -233,18 +233,25 @@ def test_state_batch_not_movable_refused(tmp_path):
 
 
 def test_state_growing_with_history_refused(tmp_path):
+    """A named dim is measured: one that is neither the encoder frames nor growing is told its size; one that
+    grows after an update is refused as growing, with the sizes measured (issue 46, Deliver 1)."""
     model = aed.tiny()
     job = aed_job(model)
     job["states"][2] = StateSpec("context", [HYPS, Dim("labels")])
     err = _refused(tmp_path, job)
-    assert err.tensor == "context" and err.rule == "state non-batch dims static" and "grows" in str(err)
+    assert err.tensor == "context" and err.rule == "state non-batch dims static or the encoder frames"
+    assert "declare it as the int 32" in str(err) and "grows" not in str(err)
 
     def growing(token, enc, lengths, h, c, context):  # a history that gets one longer per label
         h, c, ctx = model.step(token, enc, lengths, h, c, context[:, :32])
         return h, c, torch.cat([ctx, context], -1)
-    job = aed_job(model, update=growing, module=model)
-    err = _refused(tmp_path, job)
-    assert err.tensor == "context" and "grows with the label history" in str(err)
+    for declared in (32, Dim("labels")):
+        job = aed_job(model, update=growing, module=model)
+        job["states"][2] = StateSpec("context", [HYPS, declared])
+        err = _refused(tmp_path, job)
+        assert err.tensor == "context" and err.rule == "state non-batch dims static"
+        assert "grows with the label history (measured: dim 1 is 32 after the initializer, 64 after one update)" \
+            in str(err)
 
 
 def test_log_probs_declared_as_costs_refused(tmp_path):

@@ -25,10 +25,13 @@ from onnx_compat.parts import export_parts
 from onnx_compat.pipeline.files import write_text_atomically
 from onnx_compat.spec import TensorSpec
 
-from . import checks, config, loader
+from onnx_compat.spec import Dim
+from onnx_compat.streaming.states import StateSpec
+
+from . import checks, config, folders, loader
 from .backends import RasrEmulator, TorchCallables
-from .graphs import Callables, build, with_steps
-from .proof import prove
+from .graphs import FRAMES, Callables, build, with_steps
+from .proof import check_decoded, prove
 from .rasr_specs import KINDS, STATEFUL
 from .rehearsal import rehearse, utterance_lengths
 
@@ -52,6 +55,8 @@ class LabelScorerReport:
     row_max_abs_err: float = 0.0  # the largest difference of a batched row from its context scored alone
     rows_checked: int = 0  # rows of batched runs compared with their context run alone
     uses_encoder_lengths: Dict[str, bool] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)  # what the proof could not show (a trivial decode)
+    removed: List[str] = field(default_factory=list)  # the folder's files of an earlier export not written again
     timings: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -98,12 +103,15 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     t0 = time.perf_counter()
     states, updater_states, scorer_states = _checked(kind, release, scores, vocabulary, blank, sentence_end, history,
                                                      features, beam, states, updater_states, scorer_states, batch)
+    folder = config.check_value(os.path.abspath(folder), "folder")
+    earlier = folders.earlier_files(folder, kind)
     fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
+    measured: dict = {}
     uses_length = rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
-                           scores, history, batch, seed)
+                           scores, history, batch, seed, measured)
+    states = framed_states(states, measured.get("frames_sized", {}))
     parts, maps = build(kind, fns, features, encoder_dim, states, updater_states, scorer_states, len(vocabulary),
                         scores == "log-probs", history, batch, uses_length)
-    folder = os.path.abspath(folder)
     settings, search = _settings(kind, blank, sentence_end, history, start_label)
     text = config.fragment(kind, release, folder, maps, settings, search)
     report = LabelScorerReport(folder, kind, KINDS[kind]["type"], release, config=text,
@@ -115,9 +123,22 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
         dict(beam=beam, blank=blank, sentence_end=sentence_end, max_symbols=max_symbols), seed)
     parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
                                 exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
-                                checks=[prove_by_decoding], extra_files={CONFIG_FILE: text})
+                                checks=[prove_by_decoding], extra_files={CONFIG_FILE: text},
+                                shared_dims=[FRAMES] if measured.get("frames_sized") else ())
+    report.removed = folders.remove_stale(folder, earlier, list(parts_report.files.values()))
     _write_report(report, parts_report, time.perf_counter() - t0)
     return report
+
+
+def framed_states(states: Sequence, frames_sized: Mapping[str, Sequence[int]]) -> List:
+    """The states with each dim measured as the encoder frames renamed to the graphs' encoder-frames dim, so
+    the exporters tie it to ``encoder_states``' time axis (the user's StateSpecs are left as they were)."""
+    out = []
+    for spec in states:
+        axes = frames_sized.get(spec.name, ())
+        dims = [Dim(FRAMES) if axis in axes else d for axis, d in enumerate(spec.dims)]
+        out.append(spec if not axes else StateSpec(spec.name, dims, spec.dtype, spec.output, spec.init))
+    return out
 
 
 def _checked(kind, release, scores, vocabulary, blank, sentence_end, history, features, beam, states,
@@ -133,7 +154,7 @@ def _checked(kind, release, scores, vocabulary, blank, sentence_end, history, fe
     updater_states = list(updater_states or names)
     scorer_states = list(scorer_states or names)
     if kind in STATEFUL:
-        checks.check_states(states, batch, updater_states, scorer_states)
+        checks.check_states(states, batch, updater_states, scorer_states, kind)
     return states, updater_states, scorer_states
 
 
@@ -153,6 +174,7 @@ def _loader_and_decode_proof(report: LabelScorerReport, text: str, vocabulary_si
         report.decodes = prove(kind, rasr, torch_scorer, feats, search["beam"], search["blank"],
                                search["sentence_end"], search["max_symbols"])
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
+        report.notes = check_decoded(report.decodes)
 
     return rasr_loads_and_decodes
 

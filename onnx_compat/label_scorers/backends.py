@@ -107,7 +107,7 @@ class RasrEmulator(Scorer):
 
     def _state_inputs(self, graph: str, states: Sequence[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
         names = {i.name for i in self.graphs[graph].get_inputs()}
-        return {name: np.concatenate([s[state] for s in states], axis=0)
+        return {name: _concat(graph, name, [s[state] for s in states])
                 for name, state in self.meta[graph].items() if name in names}
 
     def _state_outputs(self, graph: str, out: Dict[str, np.ndarray], batch: int, parents=None):
@@ -211,6 +211,19 @@ class TorchCallables(Scorer):
             args = [frame]
         scores = self.fns["score"](*args)
         return (-scores if self.negate else scores).float().numpy()
+
+
+def _concat(graph: str, name: str, values: Sequence[np.ndarray]) -> np.ndarray:
+    """RASR's ``Value::concat`` on axis 0: it ``require``s the same rank, dtype and non-axis dims of every
+    hypothesis's state (a state sized by something that differs between hypotheses aborts the search)."""
+    first = values[0]
+    for value in values[1:]:
+        if value.dtype != first.dtype or value.shape[1:] != first.shape[1:]:
+            raise LabelScorerError(f"graph {graph!r}: state input {name!r} is {value.dtype} {list(value.shape)} for "
+                                   f"one hypothesis and {first.dtype} {list(first.shape)} for another: RASR's "
+                                   "Value::concat requires equal non-batch dims and aborts", graph=graph,
+                                   tensor=name, rule="state non-batch dims static")
+    return np.concatenate(values, axis=0)
 
 
 def _tensors(value) -> List[torch.Tensor]:

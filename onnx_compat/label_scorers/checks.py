@@ -8,7 +8,7 @@ vocabulary of another size than the scores, scores whose sign contradicts
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Dict, List, Sequence
 
 import torch
 
@@ -39,7 +39,8 @@ def check_arguments(kind: str, release: str, scores: str, vocabulary, blank, sen
     if not isinstance(vocabulary, (list, tuple)) or not vocabulary or not all(isinstance(v, str) for v in vocabulary):
         raise LabelScorerError("vocabulary must be a non-empty list of label strings (the lexicon's order)",
                                tensor="vocabulary", rule="vocabulary")
-    needed = {"stateful": ("sentence_end", sentence_end)}.get(kind, ("blank", blank))
+    _check_search_ids(kind, blank, sentence_end)
+    needed = ("blank", blank) if kind in TIME_SYNC else ("sentence_end", sentence_end)
     if not isinstance(needed[1], int) or not 0 <= needed[1] < len(vocabulary):
         raise LabelScorerError(f"{needed[0]}={needed[1]!r}: a {kind} label scorer needs the {needed[0]} id, an int "
                                f"in 0..{len(vocabulary) - 1}", tensor=needed[0], rule=f"{needed[0]} id")
@@ -47,6 +48,24 @@ def check_arguments(kind: str, release: str, scores: str, vocabulary, blank, sen
         raise LabelScorerError(f"history={history!r}: the number of past labels, an int >= 1", tensor="history",
                                rule="history length")
     _check_features(features)
+
+
+TIME_SYNC = ("transducer", "fixed-context", "ctc")  # decoded by lexiconfree-timesync-beam-search (blank); the others label-synchronously
+
+
+def _check_search_ids(kind: str, blank, sentence_end) -> None:
+    """An id the kind's search does not use is refused, not ignored: the label-synchronous search (stateful-onnx)
+    has no blank, the time-synchronous one no sentence end, and a user passing one expects it to act."""
+    if kind not in TIME_SYNC and blank is not None:
+        raise LabelScorerError(f"blank={blank!r}: a {kind} label scorer is decoded by RASR's label-synchronous "
+                               "search, which has no blank (it ends at sentence_end); leave blank out, or export a "
+                               "time-synchronous kind ('transducer', 'fixed-context', 'ctc')", tensor="blank",
+                               rule="ids the search uses")
+    if kind in TIME_SYNC and sentence_end is not None:
+        raise LabelScorerError(f"sentence_end={sentence_end!r}: a {kind} label scorer is decoded by RASR's "
+                               "time-synchronous search, which ends at the last frame and has no sentence end; "
+                               "leave sentence_end out (blank= is its id)", tensor="sentence_end",
+                               rule="ids the search uses")
 
 
 def _check_features(features: TensorSpec) -> None:
@@ -63,8 +82,10 @@ def _check_features(features: TensorSpec) -> None:
                                rule="dtype exactly as specified")
 
 
-def check_states(states: Sequence, batch: str, updater_states: Sequence[str], scorer_states: Sequence[str]) -> None:
-    """Each state batchable by RASR: one batch axis, no other named dim, a concatenable dtype."""
+def check_states(states: Sequence, batch: str, updater_states: Sequence[str], scorer_states: Sequence[str],
+                 kind: str = "stateful") -> None:
+    """Each state batchable by RASR: one batch axis, a concatenable dtype; another named dim only where it can be
+    the encoder frames (``stateful``: measured in the rehearsal, ``frames_sized``)."""
     if not states:
         raise LabelScorerError("a stateful label scorer needs states= (StateSpecs, the hypothesis batch a Dim named "
                                f"{batch!r})", graph="state-initializer", rule="initializer declares >= 1 state")
@@ -74,9 +95,12 @@ def check_states(states: Sequence, batch: str, updater_states: Sequence[str], sc
             batch_axis(spec, batch)
         except GraphContractError as exc:
             raise LabelScorerError(str(exc), graph="state-initializer", tensor=spec.name, rule=exc.rule) from None
-        grows = [d.name for d in spec.dims if isinstance(d, Dim) and d.name != batch]
-        if grows:
-            raise _grows(spec.name, f"its dim {grows[0]!r} is named, not a fixed size")
+        named = [d.name for d in spec.dims if isinstance(d, Dim) and d.name != batch]
+        if named and kind != "stateful":
+            raise LabelScorerError(f"state {spec.name!r}: its dim {named[0]!r} is named, but the {kind} "
+                                   "initializer gets no encoder frames, so no state can be sized by them, and RASR "
+                                   "cannot stack states of different sizes on axis 0: declare its fixed size",
+                                   graph="state-initializer", tensor=spec.name, rule="state non-batch dims static")
         if spec.dtype in _NOT_CONCATENABLE:
             raise LabelScorerError(f"state {spec.name!r} is {spec.dtype}: RASR's Value::concat cannot stack it "
                                    "(float32, float64 and the integer types but uint8 work)", tensor=spec.name,
@@ -96,23 +120,70 @@ def _grows(state: str, why: str) -> LabelScorerError:
                             tensor=state, rule="state non-batch dims static")
 
 
-def check_state_values(graph: str, values: Sequence[torch.Tensor], states: Sequence, batch: str,
-                       hyps: int) -> None:
-    """What a callable returned for the states: the declared dtypes and shapes at ``hyps`` hypotheses."""
+def _dims_text(spec) -> str:
+    return "[" + ", ".join(d.name if isinstance(d, Dim) else str(d) for d in spec.dims) + "]"
+
+
+def check_state_count(graph: str, values: Sequence[torch.Tensor], states: Sequence) -> None:
     if len(values) != len(states):
         raise LabelScorerError(f"graph {graph!r}: its callable returned {len(values)} tensors, {len(states)} states "
                                f"are declared ({[s.name for s in states]})", graph=graph, rule="returns every state")
+
+
+def check_state_values(graph: str, values: Sequence[torch.Tensor], states: Sequence, batch: str,
+                       hyps: int) -> None:
+    """What a callable returned for the states, against the declaration at ``hyps`` hypotheses: the dtype, the
+    rank, the batch and every static dim, the message naming the state and the dim measured. A named
+    non-batch dim is measured by ``check_growth`` and ``frames_sized``."""
+    check_state_count(graph, values, states)
     for spec, value in zip(states, values):
-        want = [hyps if isinstance(d, Dim) else d for d in spec.dims]
         if value.dtype != spec.dtype:
             raise LabelScorerError(f"graph {graph!r}: state {spec.name!r} is {value.dtype}, declared {spec.dtype}",
                                    graph=graph, tensor=spec.name, rule="one dtype per state in every graph")
-        if list(value.shape) != want:
-            if value.dim() == len(want) and value.shape[batch_axis(spec, batch)] == hyps:
-                raise _grows(spec.name, f"the {graph} returns {list(value.shape)}, declared {want}")
-            raise LabelScorerError(f"graph {graph!r}: state {spec.name!r} has shape {list(value.shape)} at {hyps} "
-                                   f"hypotheses, declared {want}", graph=graph, tensor=spec.name,
-                                   rule="states as declared")
+        where = (f"graph {graph!r} returns state {spec.name!r} as {list(value.shape)} at {hyps} "
+                 f"{'hypothesis' if hyps == 1 else 'hypotheses'}, declared {_dims_text(spec)}")
+        if value.dim() != len(spec.dims):
+            raise LabelScorerError(f"{where}: rank {value.dim()}, declared {len(spec.dims)}", graph=graph,
+                                   tensor=spec.name, rule="states as declared")
+        for axis, (dim, got) in enumerate(zip(spec.dims, value.shape)):
+            is_batch = isinstance(dim, Dim) and dim.name == batch
+            want = hyps if is_batch else dim
+            if isinstance(want, int) and got != want:
+                what = f"the hypothesis batch {batch!r} ({hyps})" if is_batch else str(want)
+                raise LabelScorerError(f"{where}: dim {axis} is {got}, declared {what}", graph=graph,
+                                       tensor=spec.name, rule="states as declared")
+
+
+def check_growth(first: Sequence[torch.Tensor], new: Sequence[torch.Tensor], states: Sequence, batch: str) -> None:
+    """A state longer after one update than after the initializer grows with the label history (measured,
+    whatever was declared): RASR cannot stack hypotheses of different lengths."""
+    for spec, a, b in zip(states, first, new):
+        if a.dim() != b.dim():
+            continue  # check_state_values names the rank
+        axis_b = batch_axis(spec, batch)
+        for axis in range(a.dim()):
+            if axis != axis_b and a.shape[axis] != b.shape[axis]:
+                raise _grows(spec.name, f"measured: dim {axis} is {a.shape[axis]} after the initializer, "
+                                        f"{b.shape[axis]} after one update")
+
+
+def frames_sized(first: Sequence[torch.Tensor], states: Sequence, batch: str, frames: int) -> Dict[str, List[int]]:
+    """``{state: [axes]}`` of the named non-batch dims, each measured equal to the encoder frames ``T'`` (every
+    hypothesis of one utterance has the same ``T'``, so RASR's concat on axis 0 holds, as for i6's
+    accumulated attention weights ``[hyps, T', 1]``); a named dim of another size is refused."""
+    found: Dict[str, List[int]] = {}
+    for spec, value in zip(states, first):
+        for axis, dim in enumerate(spec.dims):
+            if not isinstance(dim, Dim) or dim.name == batch:
+                continue
+            if value.shape[axis] != frames:
+                raise LabelScorerError(f"state {spec.name!r} dim {axis} is named {dim.name!r}, but measures "
+                                       f"{value.shape[axis]} after the initializer and after an update, while the "
+                                       f"encoder gave {frames} frames: a named non-batch dim must be the encoder "
+                                       f"frames; declare it as the int {value.shape[axis]}", graph="state-initializer",
+                                       tensor=spec.name, rule="state non-batch dims static or the encoder frames")
+            found.setdefault(spec.name, []).append(axis)
+    return found
 
 
 def check_scores(scores: torch.Tensor, hyps: int, vocabulary: Sequence[str], convention: str) -> None:
@@ -123,13 +194,50 @@ def check_scores(scores: torch.Tensor, hyps: int, vocabulary: Sequence[str], con
         raise LabelScorerError(f"the scores have {scores.shape[1]} columns, the vocabulary {len(vocabulary)} labels: "
                                "RASR indexes the row by the lexicon's label id", graph="scorer", tensor="scores",
                                rule="scores as wide as the vocabulary")
-    if convention == "costs" and bool((scores <= 0).all()):
-        raise LabelScorerError("scores='costs' but every score is <= 0: these look like log-probs; pass "
-                               "scores='log-probs' and the graph negates them (RASR wants -log p, lower is better)",
-                               graph="scorer", tensor="scores", rule="scores are costs")
-    if convention == "log-probs" and bool((scores >= 0).all()):
-        raise LabelScorerError("scores='log-probs' but every score is >= 0: these look like costs already; pass "
-                               "scores='costs'", graph="scorer", tensor="scores", rule="scores are costs")
+    check_normalized(scores, convention)
+
+
+NORMALIZED_ATOL = 1e-3  # a row's log-sum-exp of log-probs: float32 log_softmax over 10^5 labels stays far inside
+
+
+def score_kind(scores: torch.Tensor) -> str:
+    """What the rows measure as: ``"log-probs"`` (log-sum-exp 0), ``"costs"`` (log-sum-exp of the negated 0),
+    ``"probabilities"`` (in [0, 1], summing to 1), else ``"logits"`` (unnormalized)."""
+    x = scores.double()
+    if bool(((x.logsumexp(-1)).abs() <= NORMALIZED_ATOL).all()):
+        return "log-probs"
+    if bool(((-x).logsumexp(-1).abs() <= NORMALIZED_ATOL).all()):
+        return "costs"
+    if bool((x >= 0).all() and (x <= 1).all() and ((x.sum(-1) - 1).abs() <= NORMALIZED_ATOL).all()):
+        return "probabilities"
+    return "logits"
+
+
+_ADVICE = {
+    ("log-probs", "costs"): "these are costs already (-log p); pass scores='costs'",
+    ("log-probs", "probabilities"): "these are probabilities: return their log (log_softmax instead of softmax)",
+    ("log-probs", "logits"): "these are unnormalized logits: return logits.log_softmax(-1)",
+    ("costs", "log-probs"): "these are log-probs; pass scores='log-probs' and the graph negates them",
+    ("costs", "probabilities"): "these are probabilities: return -log of them (-log_softmax of the logits)",
+    ("costs", "logits"): "these are unnormalized logits: return -logits.log_softmax(-1)",
+}
+
+
+def check_normalized(scores: torch.Tensor, convention: str) -> None:
+    """RASR adds the costs of label scorers as ``-log p``: each row's log-sum-exp of the log-probs (of the
+    negated costs) must be 0. Logits or probabilities declared as log-probs would decode as something else
+    (and a proof comparing the graphs with the same wrong scores would pass), so they are refused with the
+    advice that follows from what the rows measure as."""
+    logp = scores.double() if convention == "log-probs" else -scores.double()
+    lse = logp.logsumexp(-1)
+    worst = int(lse.abs().argmax())
+    if float(lse[worst].abs()) <= NORMALIZED_ATOL:
+        return
+    measured = score_kind(scores)
+    raise LabelScorerError(f"scores={convention!r}, but row {worst}'s log-sum-exp of the "
+                           f"{'scores' if convention == 'log-probs' else 'negated scores'} is {float(lse[worst]):.4g}, "
+                           f"not 0 (RASR adds -log p of a normalized distribution): {_ADVICE[convention, measured]}",
+                           graph="scorer", tensor="scores", rule="scores are costs")
 
 
 def probe_lengths(fn, enc: torch.Tensor, lengths: torch.Tensor, *rest) -> bool:

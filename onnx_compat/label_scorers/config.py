@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Mapping, Optional
 
+from .errors import LabelScorerError
 from .rasr_specs import KINDS, RELEASES, graphs_of, selector
 
 SECTION = "[*.label-scorer]"
@@ -19,6 +20,19 @@ SECTION = "[*.label-scorer]"
 def io_maps(kind: str, names: Mapping[str, Mapping[str, str]]) -> Dict[str, Dict[str, str]]:
     """``{graph: {spec key: graph I/O name}}`` for the keys the graphs have (``names`` from the builder)."""
     return {graph: dict(names.get(graph, {})) for graph in graphs_of(kind)}
+
+
+def check_value(value: str, what: str, graph: Optional[str] = None, tensor: Optional[str] = None) -> str:
+    """A value RASR's configuration reads back as written: ``#`` starts a comment (``out/f#1`` is read as
+    ``out/f``), whitespace ends or splits it, ``$(name)`` is a reference RASR expands. ``what`` names it."""
+    culprit = next((c for c in ("#", "$(") if c in value), None)
+    if culprit is None and any(ch.isspace() for ch in value):
+        culprit = "whitespace"
+    if culprit is not None:
+        raise LabelScorerError(f"{what} {value!r} holds {culprit!r}: RASR's configuration would not read it back "
+                               "as written ('#' starts a comment, whitespace ends the value, '$(' is a reference "
+                               "it expands); rename it", graph=graph, tensor=tensor or what, rule="RASR config value")
+    return value
 
 
 def fragment(kind: str, release: str, folder: str, maps: Mapping[str, Mapping[str, str]],
@@ -30,9 +44,10 @@ def fragment(kind: str, release: str, folder: str, maps: Mapping[str, Mapping[st
     lines += [SECTION, "type = encoder-decoder", "encoder.type = onnx", f"decoder.type = {KINDS[kind]['type']}"]
     for graph in graphs_of(kind):
         sel = selector(kind, graph)
-        lines.append(f"{sel}.session.file = {os.path.join(folder, graph + '.onnx')}")
-        lines += [f"{sel}.io-map.{key} = {name}" for key, name in maps.get(graph, {}).items()]
-    lines += [f"decoder.{key} = {value}" for key, value in settings.items()]
+        lines.append(f"{sel}.session.file = {check_value(os.path.join(folder, graph + '.onnx'), 'folder', graph)}")
+        lines += [f"{sel}.io-map.{key} = {check_value(name, f'io-map.{key}', graph, name)}"
+                  for key, name in maps.get(graph, {}).items()]
+    lines += [f"decoder.{key} = {check_value(value, key)}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
 
 

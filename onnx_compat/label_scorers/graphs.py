@@ -21,6 +21,7 @@ from onnx_compat.parts.part import batch_axis
 from onnx_compat.spec import Dim, TensorSpec
 
 ENCODER_STATES = "encoder_states"
+FRAMES = "frames"  # the encoder frames' dim in every graph (and in a state sized by them)
 
 
 @dataclass
@@ -46,8 +47,10 @@ def build(kind: str, fns: Callables, features: TensorSpec, encoder_dim: int, sta
           scorer_states, vocab: int, negate: bool, history: int, batch: str, uses_length: Mapping[str, bool]):
     """``(parts, io-map names per graph)``."""
     sign = -1.0 if negate else 1.0
-    hyps, frames = Dim(batch), Dim("frames")
-    encoder = Part("encoder", fns.encoder, [features],
+    hyps, frames = Dim(batch), Dim(FRAMES)
+    # without declared lengths RASR feeds no features-size: the encoder gets the full length of its batch
+    encode = fns.encoder if features.lengths else (lambda x: fns.encoder(x, _full_lengths(x)))
+    encoder = Part("encoder", encode, [features],
                    [TensorSpec(ENCODER_STATES, [features.dims[0], frames, encoder_dim], lengths=[1])], module=fns.module)
     maps = {"encoder": {"features": features.name, "outputs": ENCODER_STATES,
                         **({"features-size": features.onnx_names[1]} if features.lengths else {})}}

@@ -138,9 +138,11 @@ def assumed(kind: str, graphs: Mapping[str, onnx.ModelProto], maps: Mapping[str,
     return found
 
 
-def state_rules(graph: str, proto: onnx.ModelProto) -> List[Finding]:
+def state_rules(graph: str, proto: onnx.ModelProto, frames: Optional[str] = None) -> List[Finding]:
     """What RASR assumes of each state one graph holds: a dtype ``Value::concat`` takes, the hypothesis batch
-    first (static 1 in the initializer, symbolic elsewhere), the other dims static."""
+    first (static 1 in the initializer, symbolic elsewhere), the other dims static or ``frames``, the symbol of
+    the encoder frames: every hypothesis of one utterance has the same frames, so the concat on axis 0 holds
+    (i6's accumulated attention weights ``[hyps, T', 1]``)."""
     found = []
     inputs, outputs = _io(proto)
     for direction, names in (("in", inputs), ("out", outputs)):
@@ -155,10 +157,11 @@ def state_rules(graph: str, proto: onnx.ModelProto) -> List[Finding]:
                 found.append(Finding(graph, name, "state batch first", f"state {state!r} dim 0 is "
                                      f"{dims[0] if dims else 'missing'}, must be {want}: RASR stacks "
                                      "hypotheses' states on axis 0"))
-            if any(not isinstance(d, int) for d in dims[1:]):
+            if any(not isinstance(d, int) and (frames is None or d != frames) for d in dims[1:]):
                 found.append(Finding(graph, name, "state non-batch dims static", f"state {state!r} has dims "
-                                     f"{dims}: a symbolic non-batch dim (a state that grows with the label "
-                                     "history) cannot be stacked across hypotheses"))
+                                     f"{dims}: a symbolic non-batch dim other than the encoder frames "
+                                     f"({frames or 'none here'}: a state that grows with the label history) "
+                                     "cannot be stacked across hypotheses"))
     return found
 
 
@@ -168,8 +171,9 @@ def _assumed_states(kind: str, graphs, maps) -> List[Finding]:
         found.append(Finding("state-initializer", graphs["state-initializer"].graph.input[0].name,
                              "transducer initializer without inputs", "RASR runs the transducer's initializer "
                              "with no inputs"))
+    frames = frames_symbol(kind, graphs, maps)
     for graph in ("state-initializer", "state-updater", "scorer"):
-        found += state_rules(graph, graphs[graph])
+        found += state_rules(graph, graphs[graph], frames)
         inputs, outputs = _io(graphs[graph])
         for direction, names in (("in", inputs), ("out", outputs)):
             for name, state in _states(graphs[graph])[direction].items():
@@ -187,6 +191,15 @@ def _assumed_states(kind: str, graphs, maps) -> List[Finding]:
                 found.append(Finding("state-updater", b, "encoder inputs named as in the initializer",
                                      f"io-map.{key} is {b!r} here, {a!r} in the initializer"))
     return found
+
+
+def frames_symbol(kind: str, graphs: Mapping[str, onnx.ModelProto], maps) -> Optional[str]:
+    """The symbol of the encoder frames: dim 1 of the initializer's ``encoder-states`` (stateful-onnx only; the
+    transducer's initializer gets no encoder states), when symbolic."""
+    name = maps.get("state-initializer", {}).get("encoder-states") if kind == "stateful" else None
+    info = _io(graphs["state-initializer"])[0].get(name) if name else None
+    dim = info["dims"][1] if info and len(info["dims"]) == 3 else None
+    return dim if isinstance(dim, str) and dim else None
 
 
 def emulate(kind: str, graphs: Mapping[str, onnx.ModelProto], values: Mapping[str, str],

@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from .errors import DecodeMismatch
+from .errors import DecodeMismatch, LabelScorerError
 from .search import label_sync, time_sync
 
 
@@ -65,3 +65,20 @@ def prove(kind: str, rasr, torch_scorer, utterances: Sequence[np.ndarray], beam:
                             "search": search["name"], "labels": list(got.labels), "cost_onnx": round(got.cost, 6),
                             "cost_pytorch": round(want.cost, 6)})
     return decodes
+
+
+def check_decoded(decodes: Sequence[Dict]) -> List[str]:
+    """A proof that decoded nothing proves nothing: every decode empty is refused (the scorer ends at once,
+    or blank wins every frame: an untrained model, a wrong ``sentence_end``/``blank`` id). A proof whose
+    decodes hold one label at most is kept with a note saying so (returned)."""
+    if not any(d["labels"] for d in decodes):
+        raise LabelScorerError(f"every one of the {len(decodes)} decodes of the proof is empty (the graphs and "
+                               "PyTorch agree on nothing at all): the first label scored best is always the end "
+                               "(sentence_end) or blank wins every frame, so no label's cost was compared; check "
+                               "the sentence_end/blank id and that the weights are trained, or pass longer "
+                               "utterances=", graph="scorer", tensor="scores", rule="proof decodes labels")
+    labels = {v for d in decodes for v in d["labels"]}
+    if len(labels) < 2:
+        return [f"every decode of the proof holds the label {sorted(labels)} at most: the comparison shows little "
+                "beyond that label's cost (an untrained model decodes one label repeated)"]
+    return []

@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping
 from onnx_compat.pipeline.steps import Step
 
 from .errors import LabelScorerError
+from .graphs import FRAMES
 from .loader import Finding, state_rules, validator
 from .rasr_specs import KINDS, spec_of
 
@@ -39,7 +40,7 @@ class LabelScorerGraphStep(Step):
                 proto.metadata_props.add(key=key, value=value)
         found: List[Finding] = validator(self.graph, proto, self.io_map, spec_of(self.kind, self.graph))
         if self.graph != "encoder" and self.kind in ("stateful", "transducer"):
-            found += state_rules(self.graph, proto)
+            found += state_rules(self.graph, proto, FRAMES if self.kind == "stateful" else None)
         if found:
             raise LabelScorerError(f"graph {self.graph!r}: RASR would refuse it (or crash on it): " +
                                    "; ".join(str(f) for f in found), graph=found[0].graph, tensor=found[0].tensor,

@@ -8,7 +8,7 @@ written graphs' declared I/O, state by state.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Sequence
 
 import onnx
 
@@ -32,8 +32,10 @@ def state_views(protos: Mapping[str, onnx.ModelProto], parts: Mapping[str, Part]
     return views
 
 
-def check_states_agree(protos: Mapping[str, onnx.ModelProto], parts: Mapping[str, Part], batch_first: bool) -> Dict[str, List[dict]]:
-    """dtype, rank and the non-batch dims identical (static) in every graph; batch axis 0 when batch-first."""
+def check_states_agree(protos: Mapping[str, onnx.ModelProto], parts: Mapping[str, Part], batch_first: bool,
+                       shared: Sequence[str] = ()) -> Dict[str, List[dict]]:
+    """dtype, rank and the non-batch dims identical (static, or a ``shared`` symbol) in every graph; batch axis 0
+    when batch-first."""
     views = state_views(protos, parts)
     for state, seen in views.items():
         first = seen[0]
@@ -50,7 +52,7 @@ def check_states_agree(protos: Mapping[str, onnx.ModelProto], parts: Mapping[str
             rest = view["dims"][1:] if batch_first else view["dims"]
             want = first["dims"][1:] if batch_first else first["dims"]
             for axis, (got, expected) in enumerate(zip(rest, want), start=1 if batch_first else 0):
-                if batch_first and not isinstance(got, int):
+                if batch_first and not isinstance(got, int) and got not in shared:
                     raise GraphContractError(f"{where} dim {axis} is {got!r}, not a static size: hypotheses' "
                                              "states stacked on the batch axis need equal other dims",
                                              graph=view["graph"], tensor=view["tensor"], rule="non-batch dims static")

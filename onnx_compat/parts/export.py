@@ -76,13 +76,15 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
                  batch_first: bool = False, exporter: Union[str, Mapping[str, str]] = "auto", sizes: Optional[Mapping[str, int]] = None,
                  atol: float = 1e-4, rtol: float = 1e-3, opset: Optional[int] = None, seed: int = 0,
                  checks: Sequence[Callable[[Dict[str, onnx.ModelProto]], None]] = (),
-                 extra_files: Optional[Mapping[str, str]] = None) -> PartsReport:
+                 extra_files: Optional[Mapping[str, str]] = None, shared_dims: Sequence[str] = ()) -> PartsReport:
     """Export each part to ``<folder>/<part name>.onnx``; return the ``PartsReport``.
 
     ``sizes``: example sizes of named dims, across graphs (each export gets those of its inputs).
     ``batch``: the name of the batch ``Dim`` every state has. ``batch_first``: states held batch-first in
     every graph. ``exporter``: one for every graph, or ``{part name: exporter}`` (the others ``"auto"``). ``checks``: functions of ``{part name: graph}`` raising on a broken rule (a consumer's
     loader), run before anything is written. ``extra_files``: ``{file name: text}`` written beside them.
+    ``shared_dims``: named non-batch state dims every hypothesis of one call shares (an encoder's frames),
+    allowed symbolic when every graph names them alike.
     """
     table = {s.name: s for s in states}
     _check_declarations(parts, table, batch)
@@ -98,7 +100,7 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
             path = os.path.join(tmp, f"{part.name}.onnx")
             protos[part.name] = _export_one(part, path, table, batch, batch_first, exporters[part.name], sizes, atol, rtol,
                                             opset, seed, report)
-        report.states = check_states_agree(protos, {p.name: p for p in parts}, batch_first)
+        report.states = check_states_agree(protos, {p.name: p for p in parts}, batch_first, shared_dims)
         for check in checks:
             check(protos)
         for name, text in (extra_files or {}).items():
