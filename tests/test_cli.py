@@ -137,7 +137,7 @@ def test_every_verb_is_in_the_one_table_and_follows_the_exit_codes(capsys):
     from onnx_compat.cli import VERBS
     for verb, module in VERBS.items():
         loaded = importlib.import_module(module)
-        assert callable(loaded.add_parser) and callable(loaded.run), module
+        assert callable(loaded.add_parser) and callable(loaded.files) and callable(loaded.run), module
         assert main([verb, "--no-such-option"]) == 2, verb
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"onnx-compat: usage error: onnx-compat {verb}: ") and len(err.splitlines()) == 1, err
