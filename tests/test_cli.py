@@ -286,3 +286,40 @@ def test_the_console_script_starts_at_the_module_outside_the_package():
                              "import onnx_compat_cli; onnx_compat_cli.command()"], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0 and "export" in result.stdout, result.stderr
+
+
+def test_label_scorer_prints_its_stages_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """Issue 45 (14): ``label-scorer`` was silent for a minute on a terminal while ``export`` said its stages; it
+    says the rehearsal, each graph's export stages and the proof now, and nothing with --quiet."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["label-scorer", "onnx_compat.models.aed:ctc_label_scorer_job", "--exporter", "torchscript"]
+    assert main(argv + ["--out", str(tmp_path / "shown")]) == 0
+    stages = [line.split("] ", 1)[1] for line in terminal.text.splitlines() if line.startswith("onnx-compat [")]
+    assert stages[0] == "rehearsing the callables in PyTorch", stages
+    for graph in ("encoder", "scorer"):
+        assert f"{graph}: capture (torchscript)" in stages and f"{graph}: writing" in stages, stages
+    assert stages[-1] == "checking the graphs together", stages
+    assert "onnx-compat [" not in capsys.readouterr().out
+    from onnx_compat.cli import _parser
+    from onnx_compat.cli_args import progress_for
+    assert progress_for(_parser("label-scorer").parse_args(argv + ["--out", "x", "--quiet"])) is None
+
+
+def test_quantize_measure_help_names_every_measure_that_applies_by_default(tmp_path, capsys):
+    """Issue 45 (14): the help said "default snr and cosine" while top1 also applies to class scores; the help
+    names every measure ``resolve`` picks by default for the demo's log-softmax output."""
+    import onnx
+    from onnx_compat.models.conv_demo import build
+    from onnx_compat.quantization.measures import class_outputs, resolve
+    out = tmp_path / "m.onnx"
+    assert main(["export", FACTORY, "--out", str(out), "--exporter", "torchscript", "--quiet"]) == 0
+    outputs = build()["outputs"]
+    chosen = resolve(None, None, ["output"], class_outputs=class_outputs(outputs, onnx.load(str(out)).graph))
+    names = [m.name for m in chosen["output"]]
+    assert "top1" in names, names
+    capsys.readouterr()
+    assert main(["quantize", "--help"]) == 0
+    helped = " ".join(capsys.readouterr().out.split())
+    default = helped.split("--measure NAME|OUTPUT=NAME a measure", 1)[1].split("--threshold", 1)[0].split("default", 1)[1]
+    assert all(name in default for name in names), default

@@ -74,7 +74,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
                         history: int = 1, start_label: int = 0, release: str = "master", batch: str = "hyps",
                         module: Optional[torch.nn.Module] = None, exporter: Union[str, Mapping[str, str]] = "auto",
                         utterances: Optional[Sequence[int]] = None, beam: int = 4, max_symbols: int = 3,
-                        atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0) -> LabelScorerReport:
+                        atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0,
+                        progress: Optional[Callable[[str], None]] = None) -> LabelScorerReport:
     """Export a label scorer for RASR into ``folder``; prove it by decoding; return the report.
 
     ``kind``: ``"stateful"`` (``stateful-onnx``: AED, LSTM LM), ``"transducer"``
@@ -98,7 +99,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     ``scores``: ``"log-probs"`` (the graph negates them) or ``"costs"``. ``vocabulary``: the labels in the
     lexicon's order (V = its size). ``utterances``: feature lengths decoded in the proof (default: the
     encoder's export example, one at least four times longer in feature frames and in the decoder graphs'
-    encoder frames, and the shortest that gives one encoder frame).
+    encoder frames, and the shortest that gives one encoder frame). ``progress``: told each stage as it starts
+    (the rehearsal, each graph's export stages, the proof), as ``export(progress=)`` is.
     """
     t0 = time.perf_counter()
     states, updater_states, scorer_states = _checked(kind, release, scores, vocabulary, blank, sentence_end, history,
@@ -107,6 +109,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     earlier = folders.earlier_files(folder, kind)
     fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
     measured: dict = {}
+    if progress is not None:
+        progress("rehearsing the callables in PyTorch")
     uses_length = rehearse(kind, fns, features, encoder_dim, states, updater_states, scorer_states, vocabulary,
                            scores, history, batch, seed, measured)
     states = framed_states(states, measured.get("frames_sized", {}))
@@ -124,7 +128,7 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
                                 exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
                                 checks=[prove_by_decoding], extra_files={CONFIG_FILE: text},
-                                shared_dims=[FRAMES] if measured.get("frames_sized") else ())
+                                shared_dims=[FRAMES] if measured.get("frames_sized") else (), progress=progress)
     report.removed = folders.remove_stale(folder, earlier, list(parts_report.files.values()))
     _write_report(report, parts_report, time.perf_counter() - t0)
     return report

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from onnx_compat.cli_args import EXPORTERS, int_at_least
+from onnx_compat.cli_args import EXPORTERS, int_at_least, progress_for
 from onnx_compat.cli_paths import Files
 from onnx_compat.errors import FactoryError, UsageError
 from onnx_compat.factories import call_factory
@@ -31,13 +31,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--release", choices=["master", "transducer-pr"], help="the RASR release (default: the job's)")
     p.add_argument("--beam", type=int_at_least(1, "a beam width"), help="the proof's beam width (default 4)")
     p.add_argument("--utterances", help="feature lengths the proof decodes, comma-separated")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (shown on a terminal)")
     return p
 
 
 def load_job(spec: str) -> dict:
     from .api import export_label_scorer
     job = call_factory(spec, FactoryError)
-    known = set(inspect.signature(export_label_scorer).parameters) - {"folder"}
+    known = set(inspect.signature(export_label_scorer).parameters) - {"folder", "progress"}  # the command's
     if not isinstance(job, dict):
         raise FactoryError(f"{spec} must return export_label_scorer's keyword arguments as a dict, got "
                            f"{type(job).__name__}")
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     for key, value in (("release", args.release), ("beam", args.beam), ("utterances", utterances)):
         if value is not None:
             job[key] = value
-    report = export_label_scorer(args.out, **job)
+    report = export_label_scorer(args.out, **job, progress=progress_for(args))
     print(f"label scorer  {report.rasr_type} for {report.release}, written to {report.folder}")
     print("files         " + ", ".join(sorted(report.files)))
     print(f"RASR loader   ok ({len(report.loader)} graphs: validator, state rules, assumptions)")

@@ -76,7 +76,8 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
                  batch_first: bool = False, exporter: Union[str, Mapping[str, str]] = "auto", sizes: Optional[Mapping[str, int]] = None,
                  atol: float = 1e-4, rtol: float = 1e-3, opset: Optional[int] = None, seed: int = 0,
                  checks: Sequence[Callable[[Dict[str, onnx.ModelProto]], None]] = (),
-                 extra_files: Optional[Mapping[str, str]] = None, shared_dims: Sequence[str] = ()) -> PartsReport:
+                 extra_files: Optional[Mapping[str, str]] = None, shared_dims: Sequence[str] = (),
+                 progress: Optional[Callable[[str], None]] = None) -> PartsReport:
     """Export each part to ``<folder>/<part name>.onnx``; return the ``PartsReport``.
 
     ``sizes``: example sizes of named dims, across graphs (each export gets those of its inputs).
@@ -84,7 +85,8 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
     every graph. ``exporter``: one for every graph, or ``{part name: exporter}`` (the others ``"auto"``). ``checks``: functions of ``{part name: graph}`` raising on a broken rule (a consumer's
     loader), run before anything is written. ``extra_files``: ``{file name: text}`` written beside them.
     ``shared_dims``: named non-batch state dims every hypothesis of one call shares (an encoder's frames),
-    allowed symbolic when every graph names them alike.
+    allowed symbolic when every graph names them alike. ``progress``: told each graph's export stages
+    (``"encoder: capture (dynamo)"``) and the checks, as ``export(progress=)`` is: a command prints them.
     """
     table = {s.name: s for s in states}
     _check_declarations(parts, table, batch)
@@ -99,8 +101,10 @@ def export_parts(parts: Sequence[Part], folder: str, states: Sequence[StateSpec]
         for part in parts:
             path = os.path.join(tmp, f"{part.name}.onnx")
             protos[part.name] = _export_one(part, path, table, batch, batch_first, exporters[part.name], sizes, atol, rtol,
-                                            opset, seed, report)
+                                            opset, seed, report, _prefixed(progress, part.name))
         report.states = check_states_agree(protos, {p.name: p for p in parts}, batch_first, shared_dims)
+        if progress is not None and checks:
+            progress("checking the graphs together")
         for check in checks:
             check(protos)
         for name, text in (extra_files or {}).items():
@@ -120,8 +124,13 @@ def _exporters(exporter, names: Sequence[str]) -> Dict[str, str]:
     return {name: exporter.get(name, "auto") for name in names}
 
 
+def _prefixed(progress: Optional[Callable[[str], None]], name: str) -> Optional[Callable[[str], None]]:
+    """``progress`` with each stage said as the graph's (``"encoder: capture (dynamo)"``)."""
+    return None if progress is None else (lambda stage: progress(f"{name}: {stage}"))
+
+
 def _export_one(part: Part, path: str, table, batch, batch_first, exporter, sizes, atol, rtol, opset, seed,
-                report: PartsReport) -> onnx.ModelProto:
+                report: PartsReport, progress: Optional[Callable[[str], None]] = None) -> onnx.ModelProto:
     from onnx_compat import export
     inputs, outputs = state_specs(part, table, batch, batch_first)
     module = PartModule(part, table, batch, batch_first)
@@ -140,7 +149,8 @@ def _export_one(part: Part, path: str, table, batch, batch_first, exporter, size
         sizes = _own_sizes(inputs, sizes) or None
         try:
             graph = export(module, path, inputs, outputs, exporter=exporter, sizes=sizes, atol=atol, rtol=rtol,
-                           opset=opset, seed=seed, metadata=dict(part.metadata), external_data=False, steps=steps)
+                           opset=opset, seed=seed, metadata=dict(part.metadata), external_data=False, steps=steps,
+                           progress=progress)
         except Exception as exc:
             exc.add_note(f"(while exporting graph {part.name!r})")  # the error keeps its type and fields
             raise
