@@ -58,7 +58,7 @@ def add_tolerances(parser) -> None:
 def add_graph_options(parser) -> None:
     """``--metadata``/``--opset``, for every verb that writes a graph it exports."""
     parser.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata_props")
-    parser.add_argument("--opset", type=int_at_least(7, "an ONNX opset"))
+    parser.add_argument("--opset", type=opset)
 
 
 def progress_for(args) -> Optional[Progress]:
@@ -105,6 +105,18 @@ def int_at_least(low: int, what: str = "a count") -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{value} is not {what}: at least {low}")
         return value
     return parse
+
+
+def opset(text: str) -> int:
+    """An argparse ``type``: an ONNX opset from 7 to the newest the installed onnx defines (``--opset 99`` once
+    ran every exporter before failing, exit 1)."""
+    value = int_at_least(7, "an ONNX opset")(text)
+    import onnx
+    newest = onnx.defs.onnx_opset_version()
+    if value > newest:
+        raise argparse.ArgumentTypeError(f"{value} is not an ONNX opset: onnx {onnx.__version__} defines up to "
+                                         f"{newest}")
+    return value
 
 
 def float_at_least(low: float, above: bool = False) -> Callable[[str], float]:

@@ -68,6 +68,8 @@ BAD_VALUES = {
     "export": [
         ([FACTORY, "--out", "m2.onnx", "--exporter", "bogus"], "invalid choice: 'bogus'"),
         ([FACTORY, "--out", "m2.onnx", "--opset", "0"], "argument --opset: 0 is not an ONNX opset"),
+        ([FACTORY, "--out", "m2.onnx", "--opset", "99"], "argument --opset: 99 is not an ONNX opset: onnx"),
+        ([FACTORY, "--out", "m2.onnx", "--runtime", "/no/python"], "--runtime: no such file '/no/python'"),
         ([FACTORY, "--out", "m2.onnx", "--atol", "-1"], "argument --atol"),
         ([FACTORY, "--out", "m2.onnx", "--rtol", "nan"], "argument --rtol"),
         ([FACTORY, "--out", "m2.onnx", "--size", "time=0"], "--size 'time=0': 0 is not a size"),
@@ -95,6 +97,7 @@ BAD_VALUES = {
         (["m.onnx", FACTORY, "--examples", "x.npz"], "--examples: no such file"),
         (["m.onnx", FACTORY, "--examples", "r.json"], "--examples takes a .npz or .pt file"),
         (["m.onnx", "no_such_module:build"], "cannot import 'no_such_module'"),
+        (["m.onnx", FACTORY, "--runtime", "node:no_folder"], "--runtime: no such folder"),
         (["m.onnx", FACTORY, "--json", "./m.onnx"], "--json '{work}/m.onnx' is the file onnx reads (the model checked)"),
     ],
     "diagnose": [

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
-
 import os
+import shutil
 
 from onnx_compat.cli_args import (EXPORTERS, LazyChoices, add_graph_options, add_tolerances, checked_by,
                                   int_at_least, load_examples, load_factory, load_vocabulary, pairs, progress_for,
@@ -67,6 +67,7 @@ def files(args: argparse.Namespace) -> Files:
     out = os.path.abspath(args.out)
     found = Files().read(args.examples, "--examples", "the examples").read(args.vocabulary, "--vocabulary",
                                                                          "the tokens")
+    declare_runtimes(found, args.runtime)
     if hf_cli.is_hf_source(args.factory):
         hf_cli.declare_files(args.factory, out, not args.no_files, found)
     found.write(out, "--out", "the ONNX model").write(out + ".data", "--out", "the model's weights file (OUT.data)")
@@ -76,6 +77,19 @@ def files(args: argparse.Namespace) -> Files:
     for name in _contract_files(args.contract):
         found.write(os.path.join(os.path.dirname(out), name), "--contract", f"the contract's {name}")
     return found.write(args.json, "--json", "the report")
+
+
+def declare_runtimes(found: Files, runtimes) -> Files:
+    """``--runtime``: an interpreter (a path, or a command on PATH) or ``node:FOLDER`` must be there; whether it
+    can run ONNX Runtime is the work's to find (exit 1)."""
+    for runtime in runtimes or ():
+        if runtime == "openvino" or runtime.startswith("openvino:"):
+            continue
+        if runtime.startswith("node:"):
+            found.read(runtime[len("node:"):], "--runtime", "the folder of onnxruntime-node", folder=True)
+        else:
+            found.read(shutil.which(runtime) or runtime, "--runtime", "the runtime's interpreter")
+    return found
 
 
 def _contract_files(name) -> list:

@@ -6,7 +6,7 @@ import json
 
 from onnx_compat.cli_args import add_tolerances, load_examples, load_factory, write_report
 from onnx_compat.cli_paths import Files
-from onnx_compat.verbs.export import RUNTIME_HELP
+from onnx_compat.verbs.export import RUNTIME_HELP, declare_runtimes
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def files(args: argparse.Namespace) -> Files:
     """The model checked (and its weights file, when it has one), the examples; the results file."""
-    found = Files().read_model(args.onnx, "onnx", "the model checked")
+    found = declare_runtimes(Files().read_model(args.onnx, "onnx", "the model checked"), args.runtime)
     return found.read(args.examples, "--examples", "the examples").write(args.json, "--json", "the results")
 
 
