@@ -33,7 +33,7 @@ from .backends import RasrEmulator, TorchCallables
 from .graphs import FRAMES, Callables, build, with_steps
 from .proof import check_decoded, prove
 from .rasr_specs import KINDS, STATEFUL
-from .rehearsal import rehearse, utterance_lengths
+from .rehearsal import check_eval_mode, rehearse, utterance_lengths
 
 CONFIG_FILE, REPORT_FILE = "label-scorer.config", "report.json"
 FRAMES_EXAMPLE = 16  # the decoder graphs' export example of encoder frames; the proof's long utterance has 4x
@@ -66,7 +66,8 @@ class LabelScorerReport:
         return json.dumps(self.to_dict(), indent=2)
 
 
-def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: TensorSpec, encoder_dim: int,
+def export_label_scorer(folder: str, *, kind: str, encoder: Optional[Callable] = None,
+                        features: Optional[TensorSpec] = None, encoder_dim: Optional[int] = None,
                         score: Callable, vocabulary: Sequence[str], initial: Optional[Callable] = None,
                         update: Optional[Callable] = None, states: Sequence = (),
                         updater_states: Optional[Sequence[str]] = None, scorer_states: Optional[Sequence[str]] = None,
@@ -75,12 +76,15 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
                         module: Optional[torch.nn.Module] = None, exporter: Union[str, Mapping[str, str]] = "auto",
                         utterances: Optional[Sequence[int]] = None, beam: int = 4, max_symbols: int = 3,
                         atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0,
-                        progress: Optional[Callable[[str], None]] = None) -> LabelScorerReport:
+                        progress: Optional[Callable[[str], None]] = None,
+                        manager: Optional[str] = None, max_labels: int = 20) -> LabelScorerReport:
     """Export a label scorer for RASR into ``folder``; prove it by decoding; return the report.
 
     ``kind``: ``"stateful"`` (``stateful-onnx``: AED, LSTM LM), ``"transducer"``
     (``stateful-transducer-onnx``, needs ``release="transducer-pr"``), ``"fixed-context"``
-    (``fixed-context-onnx``), ``"ctc"`` (``no-context-onnx``). Callables, in PyTorch's own terms (the
+    (``fixed-context-onnx``), ``"ctc"`` (``no-context-onnx``), ``"state-managed"`` (``state-managed-onnx``
+    with ``manager=`` ``"transformer"`` or ``"lstm"``: ``state_managed.export_state_managed`` documents it; an
+    LM needs no encoder). Callables, in PyTorch's own terms (the
     hypothesis batch B everywhere, tokens int64, states in their modules' layout):
 
     - ``encoder(features [B, T, F], lengths [B]) -> (frames [B, T', E], lengths [B])``;
@@ -102,12 +106,20 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Callable, features: 
     encoder frames, and the shortest that gives one encoder frame). ``progress``: told each stage as it starts
     (the rehearsal, each graph's export stages, the proof), as ``export(progress=)`` is.
     """
+    if kind == "state-managed" or manager is not None:
+        from .state_managed import dispatch
+        return dispatch(folder, locals())
+    if encoder is None:
+        raise checks.LabelScorerError(f"kind={kind!r} needs encoder=, features= and encoder_dim= (only "
+                                      "kind='state-managed' scores without an encoder: an LM)", graph="encoder",
+                                      tensor="encoder", rule="encoder given")
     t0 = time.perf_counter()
     states, updater_states, scorer_states = _checked(kind, release, scores, vocabulary, blank, sentence_end, history,
                                                      features, beam, states, updater_states, scorer_states, batch)
     folder = config.check_value(os.path.abspath(folder), "folder")
     earlier = folders.earlier_files(folder, kind)
     fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
+    check_eval_mode(fns.module)
     measured: dict = {}
     if progress is not None:
         progress("rehearsing the callables in PyTorch")

@@ -50,6 +50,17 @@ def in_train_mode(module: Optional[torch.nn.Module]) -> List[str]:
     return [name or type(module).__name__ for name, m in module.named_modules() if m.training]
 
 
+def check_eval_mode(module: Optional[torch.nn.Module]) -> None:
+    """A module left in train mode decodes differently at every call (dropout) or by the batch (batch norm),
+    and the proof would then show two decodes without the cause: it is named, before any work."""
+    training = in_train_mode(module)
+    if training:
+        raise LabelScorerError(f"the module is in train mode ({', '.join(training[:4])}"
+                               f"{', ...' if len(training) > 4 else ''}): dropout draws at every call and batch norm "
+                               "reads the batch, so neither the graphs nor a decode could be reproduced; call "
+                               "model.eval() first", tensor="module", rule="module in eval mode")
+
+
 def encode(fns: Callables, features: TensorSpec, x: torch.Tensor, n: torch.Tensor):
     """The user's encoder on ``x`` ``[B, T, F]``, its failure named as the features' (a wrong feature dim, a
     length the encoder cannot take) rather than surfacing as a torch error; at batch 1 its lengths must
