@@ -210,3 +210,16 @@ def _dims_agree(protos, meta: Mapping[str, str]) -> List[Finding]:
              ("n_vocab", logits[2], "decoder logits dim 2"))
     return [Finding(f"metadata {key!r}", f"{got} ({where})", repr(meta.get(key)))
             for key, got, where in pairs if meta.get(key) != str(got)]
+
+
+@dataclass(frozen=True)
+class WhisperContract:
+    """The contract as a table entry: its name, its consumer, a ``Contract`` per graph (``export_whisper`` in
+    ``onnx_compat.huggingface.whisper`` writes it)."""
+
+    name: str
+    consumer: str
+    graphs: Mapping[str, Contract]
+
+
+WHISPER = WhisperContract(NAME, CONSUMER, GRAPHS)

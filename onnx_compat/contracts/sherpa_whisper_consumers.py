@@ -122,7 +122,7 @@ class _Whisper:
     seconds: tuple = (1.9, 1.3, 2.6, 0.9)
 
     def reference(self, eager: WhisperEager, symbols: dict, n_mels: int):
-        """Per utterance: the symbols sherpa-onnx prints, the ids decoded, the ids it skips."""
+        """Per utterance: the symbols sherpa-onnx prints, the ids decoded, the ids it skips (``unnamed``: not in tokens.txt)."""
         texts, ids, skipped = [], [], []
         for samples in signals(self.seconds):
             mel, frames = whisper_features(samples, n_mels)
@@ -139,13 +139,13 @@ class _Whisper:
             frontends.write_wav(paths[-1], samples)
         return paths
 
-    def run(self, folder, eager, symbols, n_mels, command) -> dict:
-        expected, ids, skipped = self.reference(eager, symbols, n_mels)
+    def run(self, folder, eager, symbols, n_mels, command, expected=None) -> dict:
+        expected, ids, skipped = expected or self.reference(eager, symbols, n_mels)
         t0 = time.perf_counter()
         got = command(self.wavs(folder))
         report = compare_tokens(self.name, expected, got, t0, note=lambda k: f" (ids {ids[k]})")
         return {**report, "language": self.language, "ids": ids, "distinct": [len(set(i)) for i in ids],
-                "skipped": skipped}
+                "unnamed": skipped}
 
 
 @dataclass(frozen=True)
@@ -157,9 +157,10 @@ class WhisperPython(_Whisper):
     def available(self) -> Optional[str]:
         return python_missing()
 
-    def verify(self, folder, eager, symbols, n_mels) -> dict:
+    def verify(self, folder, eager, symbols, n_mels, expected=None) -> dict:
+        """``expected``: the ``reference`` already computed (the consumers share one)."""
         return self.run(folder, eager, symbols, n_mels, lambda wavs: json.loads(
-            run_child(_SCRIPT, [folder, self.language, *wavs], self.name)))
+            run_child(_SCRIPT, [folder, self.language, *wavs], self.name)), expected)
 
 
 @dataclass(frozen=True)
@@ -171,11 +172,11 @@ class WhisperBinary(_Whisper):
     def available(self) -> Optional[str]:
         return binary_missing("sherpa-onnx-offline")
 
-    def verify(self, folder, eager, symbols, n_mels) -> dict:
+    def verify(self, folder, eager, symbols, n_mels, expected=None) -> dict:
         def command(wavs):
             flags = [f"--whisper-encoder={folder}/encoder.onnx", f"--whisper-decoder={folder}/decoder.onnx",
                      f"--tokens={folder}/tokens.txt", f"--whisper-language={self.language}",
                      "--whisper-task=transcribe", "--num-threads=1"]
             text = run_program([program("sherpa-onnx-offline"), *flags, *wavs], self.name)
             return [json.loads(line)["tokens"] for line in text.splitlines() if line.startswith("{")]
-        return self.run(folder, eager, symbols, n_mels, command)
+        return self.run(folder, eager, symbols, n_mels, command, expected)

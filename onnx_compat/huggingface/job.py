@@ -176,6 +176,9 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
     a failed export leaves neither the model nor the files. A folder that holds another model's runtime
     files is refused first (``FolderError``): one folder, one model's files.
     """
+    if export_kwargs.get("contract") == "sherpa-onnx/whisper":  # two graphs and tokens.txt: its own writer
+        from .whisper import export_pretrained_whisper
+        return export_pretrained_whisper(folder, path, task, copy_files=copy_files, **export_kwargs)
     job = from_pretrained_dir(folder, task)
     export_kwargs["metadata"] = {**job.metadata, **dict(export_kwargs.get("metadata") or {})}
     destination = os.path.dirname(check_writable(path))  # before any runtime file is staged there

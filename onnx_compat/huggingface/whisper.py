@@ -229,14 +229,16 @@ def reference(model, meta: Mapping[str, str], language: Optional[str]):
     initial = sw.comma_ints(meta["sot_sequence"]) + [int(meta["no_timestamps"])]
 
     def logits(tokens, hidden):
-        return model.proj_out(model.model.decoder(input_ids=tokens, encoder_hidden_states=hidden).last_hidden_state)[0, -1]
+        return model.proj_out(model.model.decoder(input_ids=tokens, encoder_hidden_states=hidden,
+                                                   use_cache=False).last_hidden_state)[0, -1]
     return WhisperEager(WhisperEncoderGraph(model).hidden, logits, initial, int(meta["eot"]), int(meta["n_text_ctx"]))
 
 
 def _in_consumers(protos, model, vocabulary, meta, language) -> List[dict]:
     """The graphs and tokens.txt as they will be written, in a temporary folder, decoded by each consumer."""
     from ..contracts.sherpa_whisper_consumers import WhisperBinary, WhisperPython
-    eager, out = reference(model, meta, language), []
+    eager, out, expected = reference(model, meta, language), [], None
+    symbols, n_mels = vocabulary.symbols(), int(meta["n_mels"])
     with tempfile.TemporaryDirectory(prefix="onnx_compat_whisper_") as tmp:
         for name, proto in protos.items():
             onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
@@ -247,5 +249,34 @@ def _in_consumers(protos, model, vocabulary, meta, language) -> List[dict]:
             if missing:
                 out.append({"consumer": consumer.name, "ok": None, "skipped": missing})
                 continue
-            out.append(consumer.verify(tmp, eager, vocabulary.symbols(), int(meta["n_mels"])))
+            expected = expected or consumer.reference(eager, symbols, n_mels)  # one PyTorch decode for both
+            out.append(consumer.verify(tmp, eager, symbols, n_mels, expected))
     return out
+
+
+# export()'s keywords that mean nothing here; given (not at their defaults), they are refused
+_NOT_HERE = {"vocabulary": None, "quantize": None, "rasr": False, "target": None, "runtimes": (), "examples": None,
+             "sizes": None, "external_data": None, "strict": False, "quantize_options": None}
+
+
+def export_pretrained_whisper(folder, out, task: Optional[str] = None, *, copy_files: bool = True,
+                              **export_kwargs) -> WhisperReport:
+    """``export_pretrained(folder, out, contract="sherpa-onnx/whisper", ...)`` (``onnx-compat export hf:DIR
+    --contract sherpa-onnx/whisper --out FOLDER``): ``out`` is the folder of encoder.onnx, decoder.onnx and
+    tokens.txt; the keywords are ``export_whisper``'s (``language``, ``exporter``, ``verify``, ``metadata``,
+    ``atol``, ``rtol``, ``opset``); the checkpoint's own files are not copied (sherpa-onnx reads none of them)."""
+    kwargs = dict(export_kwargs)
+    kwargs.pop("contract", None)
+    kwargs.pop("progress", None)
+    given = [k for k, default in _NOT_HERE.items() if k in kwargs and kwargs.pop(k) not in (default, [], {}, ())]
+    if task is not None:
+        given.insert(0, "task")
+    unknown = sorted(set(kwargs) - {"language", "exporter", "verify", "metadata", "atol", "rtol", "opset"})
+    if given or unknown:
+        name = (given + unknown)[0]
+        raise ArgumentError(f"{name!r} does not apply to contract {sw.NAME!r}: the graphs, the tokens and the metadata "
+                            "come from the checkpoint folder", argument=name, value=export_kwargs.get(name, task))
+    if os.fspath(out).endswith(".onnx"):
+        raise ArgumentError(f"{sw.NAME!r} writes a folder (encoder.onnx, decoder.onnx, tokens.txt): give a folder, "
+                            f"not {os.fspath(out)!r}", argument="out", value=os.fspath(out))
+    return export_whisper(folder, out, **kwargs)

@@ -32,9 +32,10 @@ def special_tokens(languages: Sequence[str], timestamps: int) -> list:
 
 def whisper_checkpoint(folder, *, multilingual: bool = True, languages: Sequence[str] = LANGUAGES,
                        n_mels: int = 80, layers: tuple = (2, 2), d_model: int = 32, extra_ids: int = 4,
-                       timestamps: int = 4, eot_bias: float = 0.0, seed: int = 0) -> str:
+                       timestamps: int = 4, eot_bias: float = 1.7, audio_ctx: int = 1500, seed: int = 0) -> str:
     """Save the checkpoint in ``folder``; the folder. ``layers``: (encoder, decoder) layer counts;
-    ``extra_ids``: logit ids past the tokenizer's last (unnamed timestamps)."""
+    ``extra_ids``: logit ids past the tokenizer's last (unnamed timestamps; negative: the tokenizer names ids the
+    logits lack); ``audio_ctx``: the encoder's positions (``max_source_positions``)."""
     import torch
     import transformers
     from tokenizers import AddedToken
@@ -49,13 +50,13 @@ def whisper_checkpoint(folder, *, multilingual: bool = True, languages: Sequence
     config = transformers.WhisperConfig(
         vocab_size=len(tokenizer) + extra_ids, num_mel_bins=n_mels, d_model=d_model, encoder_layers=layers[0],
         decoder_layers=layers[1], encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=2 * d_model,
-        decoder_ffn_dim=2 * d_model, max_source_positions=1500, max_target_positions=448, init_std=0.2,
+        decoder_ffn_dim=2 * d_model, max_source_positions=audio_ctx, max_target_positions=448, init_std=0.2,
         decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot,
         begin_suppress_tokens=None, suppress_tokens=None)
     torch.manual_seed(seed)
     model = transformers.WhisperForConditionalGeneration(config).eval()
-    _shape_logits(model, [i for t, i in ids.items() if t != "<|endoftext|>"] + list(range(len(tokenizer),
-                  config.vocab_size)), eot, eot_bias)
+    quiet = [i for t, i in ids.items() if t != "<|endoftext|>"] + list(range(len(tokenizer), config.vocab_size))
+    _shape_logits(model, [i for i in quiet if i < config.vocab_size], eot, eot_bias)
     gen = model.generation_config
     gen.is_multilingual = multilingual
     gen.lang_to_id = {f"<|{c}|>": ids[f"<|{c}|>"] for c in languages} if multilingual else None
