@@ -19,13 +19,13 @@ touched, as a ``UsageError`` naming the options (exit code 2):
   compared resolved (``./d.onnx``, ``d.onnx``, a symlink to it and a hard
   link are one file).
 
-Below every CLI module, like ``cli_args.py``; it imports only ``errors``.
+Below every CLI module, like ``cli_args.py``; it imports ``errors`` and, for the write test,
+``pipeline.files``.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -118,14 +118,12 @@ def _writable_folder(role: Role) -> None:
 
 
 def _takes_a_file(role: Role, folder: str) -> None:
-    """A file made in ``folder`` and removed at once: the only test that ``/proc``, a read-only mount or a
-    folder without permission gives (``os.access`` says yes to root)."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".onnx-compat-probe-", dir=folder)
-    except OSError as exc:
-        raise _refuse(role, f"folder {folder!r} is not writable ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
+    """``folder`` takes a new file (``pipeline.files.refuses_a_file``: tried, since ``os.access`` says yes to
+    root everywhere, ``/proc`` included)."""
+    from onnx_compat.pipeline.files import refuses_a_file
+    why = refuses_a_file(folder)
+    if why:
+        raise _refuse(role, f"folder {folder!r} is not writable ({why})")
 
 
 def _no_collision(writes: List[Role], reads: List[Role]) -> None:

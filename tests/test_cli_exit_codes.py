@@ -276,3 +276,15 @@ def test_the_docs_commands_name_verbs_and_options_that_exist():
         known = _options(verb)
         unknown = [w for w in words if w.startswith("--") and w not in known]
         assert not unknown, f"docs/cli.md: `{command[:60]}...` has options {verb} does not take: {unknown}"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
+def test_the_library_tries_the_folder_too(tmp_path):
+    """``export()`` checks its path with the same trial as the command (``pipeline.files.refuses_a_file``):
+    ``os.access`` says yes to root in /proc, and the export ran before the write failed."""
+    import torch
+    from onnx_compat import Dim, TensorSpec, export
+    from onnx_compat.errors import OutputPathError
+    with pytest.raises(OutputPathError, match="folder '/proc' is not writable"):
+        export(torch.nn.Linear(3, 2), "/proc/m.onnx", [TensorSpec("x", [Dim("batch"), 3])],
+               [TensorSpec("y", [Dim("batch"), 2])], exporter="torchscript")

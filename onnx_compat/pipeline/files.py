@@ -26,9 +26,23 @@ def check_writable(path: str, what: str = "the ONNX model") -> str:
         raise OutputPathError(f"cannot write {what} to {path!r}: it is a directory", path=path)
     if not os.path.isdir(folder):
         raise OutputPathError(f"cannot write {what} to {path!r}: folder {folder!r} does not exist", path=path)
-    if not os.access(folder, os.W_OK):
-        raise OutputPathError(f"cannot write {what} to {path!r}: folder {folder!r} is not writable", path=path)
+    why = refuses_a_file(folder)
+    if why:
+        raise OutputPathError(f"cannot write {what} to {path!r}: folder {folder!r} is not writable ({why})", path=path)
     return path
+
+
+def refuses_a_file(folder: str) -> Optional[str]:
+    """Why ``folder`` does not take a new file, or None. A file made there and removed at once is the one test
+    that ``/proc``, a read-only mount or a folder without permission gives: ``os.access`` says yes to root
+    everywhere, and ``/proc/a.json`` once passed the check and failed after the export."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".onnx-compat-probe-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def check_room(path: str, needed: int) -> None:
