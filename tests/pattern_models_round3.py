@@ -74,3 +74,28 @@ class PoolKeepsAnAxis(nn.Module):
 
     def forward(self, x):  # [B, T, 8] -> [B, 3, T or 1, 1 or 3 or 8]
         return self.pool(self.conv(x[:, None]))
+
+
+# --- 1, second half: a model that accepts only some inputs ---------------------------------------
+
+class SortedPacked(nn.Module):
+    """A BLSTM over packed sequences that requires them longest first (``enforce_sorted=True``): any other order
+    of the lengths is refused by the eager model itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 6, batch_first=True, bidirectional=True)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=True)
+        y, _ = self.rnn(packed)
+        return nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])[0]
+
+
+class AtMostThree(nn.Module):
+    """Refuses batches of more than three utterances, whatever their order."""
+
+    def forward(self, x):
+        if x.shape[0] > 3:
+            raise ValueError("at most three utterances per batch")
+        return torch.tanh(x) * 2

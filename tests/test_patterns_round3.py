@@ -5,10 +5,12 @@ this torch has it. Mostly TorchScript; dynamo only where a pattern needed a patc
 import pytest
 import torch
 
+import onnx_compat
 from onnx_compat.testing import patch_case_tests
 
-from helpers import pattern_cases
-from pattern_models_round3 import BuiltinReduction, GroupsFromShape, LenAsBatch, PoolKeepsAnAxis
+from helpers import EXPORTERS, pattern_cases
+from pattern_models_round3 import (AtMostThree, BuiltinReduction, GroupsFromShape, LenAsBatch, PoolKeepsAnAxis,
+                                   SortedPacked)
 
 SIZES = [(1, 23), (3, 50), (2, 9)]
 
@@ -62,3 +64,42 @@ test_round3_export_matches_eager, test_vanilla_round3_fails_as_recorded = patch_
 def test_eager_is_untouched_inside_patched(case):
     case.assert_eager_untouched()
 
+
+
+# --- issue #47, 1 (second half): verification draws inputs the eager model accepts --------------------
+
+def _packed_io():
+    from onnx_compat import Dim, TensorSpec
+    b, t = Dim("batch"), Dim("time")
+    return dict(inputs=[TensorSpec("x", [b, t, 8], lengths=[1])], outputs=[TensorSpec("y", [b, t, 12])])
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_model_packing_sorted_lengths_is_verified_with_lengths_longest_first(tmp_path, exporter):
+    """pack_padded_sequence(enforce_sorted=True): the lengths drawn for one of the checked batches are in another
+    order (asserted, so the redraw is needed), the eager model refuses them, and verification draws them again
+    longest first; every check, B=1 among them, then compares the graph with eager."""
+    from onnx_compat.spec import make_inputs
+    io = _packed_io()
+    report = onnx_compat.export(SortedPacked(), str(tmp_path / "m.onnx"), exporter=exporter, **io)
+    sizes = [c["sizes"] for c in report.verification]
+    assert all(c["ok"] for c in report.verification) and report.degenerate == [], report.summary()
+    assert {"batch": 1}.items() <= sizes[0].items() and any(s["batch"] >= 3 for s in sizes), sizes
+    drawn = [make_inputs(io["inputs"], s, seed=1 + k)["x:size1"] for k, s in enumerate(sizes)]
+    assert any(not torch.equal(d, d.sort(descending=True).values) for d in drawn), drawn
+
+
+def test_inputs_the_eager_model_refuses_are_named_as_the_models_refusal(tmp_path):
+    """A refusal that no order of the lengths lifts is said to be the model's, at the sizes drawn, before any file
+    is written: not a graph that failed."""
+    from onnx_compat import Dim, TensorSpec
+    from onnx_compat.errors import SpecError
+    b, t = Dim("batch"), Dim("time")
+    path = tmp_path / "m.onnx"
+    with pytest.raises(Exception) as raised:
+        onnx_compat.export(AtMostThree(), str(path), inputs=[TensorSpec("x", [b, t])], outputs=[TensorSpec("y", [b, t])],
+                           exporter="torchscript", sizes={"batch": 3, "time": 20})
+    text = str(raised.value)
+    assert "the model, not the graph, refused them" in text and "at most three utterances" in text, text[-800:]
+    assert "'batch': 4" in text and not path.exists(), text[-800:]
+    assert raised.value.attempts[0].error.startswith(f"{SpecError.__name__}: the eager model itself"), text[-800:]

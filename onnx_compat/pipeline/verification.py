@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import torch
 
-from onnx_compat.errors import Mismatch, VerificationError
+from onnx_compat.errors import Mismatch, OnnxCompatError, SpecError, VerificationError
 from onnx_compat.patches.compiled import uncompiled
 from onnx_compat.pipeline import draw_inputs
 from onnx_compat.pipeline.adapter import IOAdapter, flatten
@@ -104,15 +104,56 @@ def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], output
     # eval mode; flags, attributes and buffers as before afterwards; compiled functions as their plain Python
     with preserved(model), torch.no_grad(), uncompiled():
         reference = IOAdapter(model, forward_arguments(model, inputs), outputs)
-        for case in cases:
-            if case.example and first_example_outputs is not None and case.feeds is checked[0]:
-                case.expected = list(first_example_outputs)
-                continue
+
+        def run(case: Case) -> None:
             # its own copies: a model writing into its input would change what ONNX Runtime is fed next
             returned, case.draws = run_recording(lambda: flatten(reference(*own_copies(case.feeds.values()))),
                                                  lambda: preserved(model), drawing)
             case.expected = [t.detach().cpu().numpy() for t in returned]
+        for case in cases:
+            if case.example and first_example_outputs is not None and case.feeds is checked[0]:
+                case.expected = list(first_example_outputs)
+                continue
+            _run_accepted(run, case, inputs)
     return cases
+
+
+def _run_accepted(run: Callable[[Case], None], case: Case, inputs: Sequence[TensorSpec]) -> None:
+    """``run(case)``, the eager reference. A generated case the model refuses is drawn again with its lengths
+    longest first, as every padded batch can be ordered (a model packing with ``pack_padded_sequence(...,
+    enforce_sorted=True)`` refuses lengths in any other order); a refusal of that too is the model's: a
+    ``SpecError`` says the eager model, not the exported graph, refused the inputs (issue #47, 1)."""
+    try:
+        return run(case)
+    except OnnxCompatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the model's own error, named below
+        refused = exc
+    drawn, ordered = case.feeds, None if case.example else _longest_first(case.feeds, inputs)
+    if ordered is not None:
+        case.feeds = ordered
+        try:
+            return run(case)
+        except Exception:  # noqa: BLE001 - refused in that order too: the first refusal is reported
+            case.feeds = drawn
+    what = "the example" if case.example else \
+        f"the inputs drawn for verification{' (lengths also tried longest first)' if ordered is not None else ''}"
+    line = (str(refused).strip().splitlines() or [""])[0]
+    raise SpecError(f"the eager model itself (unpatched, before any exported graph ran) refused {what} at sizes "
+                    f"{case.sizes}: {type(refused).__name__}: {line} -- the model, not the graph, refused them; "
+                    f"declare what it accepts (values=, lengths) or pass examples= it accepts") from refused
+
+
+def _longest_first(feeds: Dict[str, torch.Tensor], inputs: Sequence[TensorSpec]) -> Optional[Dict[str, torch.Tensor]]:
+    """``feeds`` with each lengths input sorted longest first; None when every one already is."""
+    names = {size_name(spec.name, axis) for spec in inputs for axis in spec.lengths}
+    out, changed = dict(feeds), False
+    for name in names & set(feeds):
+        lengths = feeds[name]
+        ordered = torch.sort(lengths, descending=True, stable=True).values
+        if not torch.equal(ordered, lengths):
+            out[name], changed = ordered, True
+    return out if changed else None
 
 
 def check_at(run: Runner, case: Case, outputs: Sequence[TensorSpec], atol: float, rtol: float,
