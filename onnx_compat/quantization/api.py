@@ -9,8 +9,14 @@ threshold, and only a model that meets every threshold is written (to a
 temporary file beside ``out``, then renamed).
 
 ``recipe="auto"`` (the default, and what a user who names only a ``target``
-gets) tries the recipes that suit the target runtime and keeps the fastest
-that meets every threshold and runs faster than float (``auto.py``).
+gets) tries the recipes that suit the target runtime and act on the model, and
+keeps the fastest that meets every threshold, runs faster than float by more
+than the timing noise and makes a smaller file (``auto.py``).
+
+The file written records its recipe, the float model's content hash and the
+measures it met in its ``metadata_props`` (``recorded.py``): ``verify`` names
+it as quantized when it misses ``atol``, and ``verify_quantized`` re-runs those
+measures against the eager model.
 
 Where the models go: ``quantize(...)`` writes ``out`` (default
 ``<stem>.<recipe>.onnx`` beside the float model, which stays as it is);
@@ -19,6 +25,7 @@ keeps the float one beside it as ``<stem>.float.onnx`` (``finish_export``).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -30,7 +37,7 @@ import onnx
 import torch
 
 from ..spec import TensorSpec
-from . import auto, exclusion, latency, logs, measures as measures_mod, recipes, verify_approx
+from . import auto, exclusion, latency, logs, measures as measures_mod, recipes, recorded, verify_approx
 from ..pipeline.files import check_writable, content_hash, write_atomically
 from ..pipeline.report import Report
 from .calibration import FeedsReader, calibration_feeds
@@ -67,6 +74,7 @@ def quantize(onnx_path, model: torch.nn.Module, inputs, outputs, *, recipe: str 
     proven = _proven(report, onnx_path, job["recipe"].name)
     names = getattr(job["recipe"], "candidates", None) or (job["recipe"].name,)
     paths = {name: _out_path(out, onnx_path, name) for name in names}  # every possible path checked before work
+    job["float_sha256"] = content_hash(onnx_path)
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
         float_copy = _working_copy(onnx.load(onnx_path), work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
@@ -90,6 +98,7 @@ def finish_export(proto: onnx.ModelProto, path: str, model: torch.nn.Module, inp
                         examples=examples, graph=proto.graph)
     _proven(report, None, job["recipe"].name)
     float_path = float_path_for(path)
+    job["float_sha256"] = "sha256:" + hashlib.sha256(proto.SerializeToString()).hexdigest()  # as onnx.save writes it
     with tempfile.TemporaryDirectory(prefix="onnx_compat_quantize_") as work:
         float_copy = _working_copy(proto, work, job["recipe"].name)
         made, result = _make_verified(float_copy, work, model, job, exclude_limit)
@@ -235,7 +244,8 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
     timed against float, or ``auto``'s candidates: ``(path of the model made, QuantReport)``."""
     timings: Dict[str, float] = {}
     t = time.perf_counter()
-    cases = verify_approx.cases_for(model, job["inputs"], job["outputs"])
+    counted = [o for o, ms in job["measures"].items() if any(m.task for m in ms)]  # frames matter to these
+    cases = verify_approx.cases_for(model, job["inputs"], job["outputs"], counted=counted)
     references = verify_approx.reference_outputs(float_path, cases)
     _reachable(float_path, cases, references, job["outputs"], job["measures"], job["recipe"].name)
     timings["references"] = time.perf_counter() - t
@@ -251,10 +261,11 @@ def _make_verified(float_path: str, work: str, model, job: dict, limit: int):
 
 
 def _make_auto(float_path: str, work: str, job: dict, cases, references, limit: int, timings: Dict[str, float]):
-    """Each candidate of ``auto``'s plan made and verified; those that met every threshold timed together
-    against float; the fastest faster than float kept, with every candidate's row in ``tried``."""
-    plan, made, reports, dropped = job["recipe"], {}, {}, {}
-    for name in plan.candidates:
+    """Each candidate of ``auto``'s plan that acts on this model made and verified; those that met every
+    threshold timed together against float; ``auto.pick``'s choice kept, every recipe a row of ``tried``."""
+    plan, made, reports = job["recipe"], {}, {}
+    names, dropped = auto.candidates(plan, onnx.load(float_path, load_external_data=False).graph)
+    for name in names:
         t = time.perf_counter()
         try:
             made[name], reports[name] = _make_one(float_path, work, recipes.by_name(name), job, cases, references,
@@ -275,8 +286,7 @@ def _make_auto(float_path: str, work: str, job: dict, cases, references, limit: 
         raise auto.nothing_pays(plan.target, tried)
     report = reports[best["recipe"]]
     report.target, report.tried, report.timings = plan.target, tried, timings
-    report.chosen_by = (f"auto ({plan.target}): the fastest of {len(reports)} recipe(s) that met every threshold, "
-                        f"{best['latency']['ratio']:.2f}x the float model's time, out of {len(tried)} tried")
+    report.chosen_by = auto.chosen_by(plan.target, best, tried)
     _share_and_warnings(report, made[best["recipe"]], stacklevel=5)
     return made[best["recipe"]], report
 
@@ -294,6 +304,7 @@ def _make_one(float_path: str, work: str, recipe, job: dict, cases, references, 
     def make(exclude: Sequence[str]) -> None:
         with logs.captured(messages):  # ONNX Runtime's advice to pre-process, on every call: see logs.py
             recipe.make(float_path, made, exclude=exclude, calibration=None if reader is None else reader.rewind())
+        recorded.stamp(made, recorded.record(recipe.name, job.get("float_sha256", ""), chosen))
 
     def check():
         return verify_approx.measure(verify_approx.runner(made), cases, references, outputs, chosen)
@@ -319,7 +330,8 @@ def _make_one(float_path: str, work: str, recipe, job: dict, cases, references, 
                          verification=result.to_dict(), excluded=[c.to_dict() for c in excluded], timings=timings,
                          messages=messages)
     size, float_size = os.path.getsize(made), os.path.getsize(float_path)
-    report.bytes = {"float": float_size, "quantized": size, "ratio": round(size / float_size, 4)}
+    report.bytes = {"float": float_size, "quantized": size, "ratio": round(size / float_size, 4),
+                    "larger": size >= float_size}  # a larger file is warned of (named recipe) or not kept (auto)
     if excluded:
         report.exclusion_cost = _cost(first, result, first_size, size)
     return made, report
@@ -342,7 +354,8 @@ def _share_and_warnings(report: QuantReport, made: str, stacklevel: int = 4) -> 
     (slower than float, most weights float32), warned about and kept in the report."""
     excluded = [n for c in report.excluded for n in c["nodes"]]
     report.float_weights = latency.float_weight_share(onnx.load(made))
-    report.warnings = latency.warnings_for(report.recipe, report.latency, report.float_weights, excluded)
+    report.warnings = latency.warnings_for(report.recipe, report.latency, report.float_weights, excluded,
+                                           report.bytes)
     for text in report.warnings:
         warnings.warn(text, QuantizationWarning, stacklevel=stacklevel)
 

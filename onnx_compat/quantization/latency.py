@@ -36,11 +36,17 @@ def run_interleaved(runs: Dict[str, Callable[[], object]], rounds: int) -> Dict[
 
 
 def compare(float_run: Callable[[], object], quantized_run: Callable[[], object], rounds: int = ROUNDS) -> dict:
-    """Medians of interleaved runs: ``{"float_s", "quantized_s", "ratio", "rounds", "threads"}``."""
-    times = run_interleaved({"float": float_run, "quantized": quantized_run}, rounds)
-    slow, fast = statistics.median(times["float"]), statistics.median(times["quantized"])
-    return {"float_s": slow, "quantized_s": fast, "ratio": round(fast / slow, 4) if slow > 0 else None,
-            "rounds": rounds, "threads": 1}
+    """Medians of interleaved runs: ``{"float_s", "quantized_s", "ratio", "rounds", "threads", "spread"}``."""
+    return compare_many(float_run, {"quantized": quantized_run}, rounds)["quantized"]
+
+
+def spread(times: List[float]) -> float:
+    """The interquartile range of ``times`` over their median: how much the same run moves here (a lead
+    between two models smaller than this is not one)."""
+    if len(times) < 4 or statistics.median(times) <= 0:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4)
+    return round((q3 - q1) / statistics.median(times), 4)
 
 
 def compare_many(float_run: Callable[[], object], runs: Dict[str, Callable[[], object]],
@@ -50,12 +56,12 @@ def compare_many(float_run: Callable[[], object], runs: Dict[str, Callable[[], o
     if "float" in runs:
         raise ValueError("'float' names the float model's run")
     times = run_interleaved({"float": float_run, **runs}, rounds)
-    slow = statistics.median(times["float"])
+    slow, noise = statistics.median(times["float"]), spread(times["float"])
     found = {}
     for name in runs:
         fast = statistics.median(times[name])
         found[name] = {"float_s": slow, "quantized_s": fast, "ratio": round(fast / slow, 4) if slow > 0 else None,
-                       "rounds": rounds, "threads": 1}
+                       "rounds": rounds, "threads": 1, "spread": noise}
     return found
 
 
@@ -71,9 +77,14 @@ def float_weight_share(proto: onnx.ModelProto) -> Optional[float]:
     return left / total if total else None
 
 
-def warnings_for(recipe: str, latency: dict, share: Optional[float], excluded: List[str]) -> List[str]:
-    """What a user would want to know before deploying the model written."""
+def warnings_for(recipe: str, latency: dict, share: Optional[float], excluded: List[str],
+                 sizes: Optional[dict] = None) -> List[str]:
+    """What a user would want to know before deploying the model written (``sizes``: the report's ``bytes``)."""
     found = []
+    if sizes and sizes.get("ratio", 0) >= 1:
+        found.append(f"{recipe} wrote a file no smaller than the float model: {sizes['ratio']:.2f}x its size "
+                     f"({sizes['quantized']} bytes against {sizes['float']}); the scales, zero points and "
+                     "quantize nodes it adds outweigh the weights it shrinks in this model")
     ratio = latency.get("ratio")
     if ratio is not None and ratio > SLOWER:
         found.append(f"{recipe} is slower than the float model here: {ratio:.2f}x its time (median of "

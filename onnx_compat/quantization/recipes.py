@@ -11,17 +11,20 @@ CPU ONNX Runtime has no float16 kernel for stays float32 instead of failing
 to load.
 
 ``op_types``: the float-graph op types the recipe quantizes (``None``: any),
-the candidates automatic exclusion ranks.
+the candidates automatic exclusion ranks. ``acts_on`` names the nodes of a
+graph a recipe would quantize (``auto`` leaves out a recipe that quantizes none,
+or the same as another).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import onnx
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
-from onnxruntime.transformers.float16 import convert_float_to_float16
+from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry, QLinearOpsRegistry
+from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
 from ..runtimes.session import open_session
 from .errors import QuantizationError
@@ -131,3 +134,33 @@ def by_name(recipe) -> object:
     if found is None:
         raise QuantizationError(f"unknown recipe {recipe!r}; choose from {list(NAMES)}", recipe=recipe)
     return found
+
+
+def handled(recipe) -> Tuple[str, ...]:
+    """The op types ``recipe`` quantizes: its ``op_types``, else what ONNX Runtime's quantizer it calls handles
+    when given none (dynamic: ``IntegerOpsRegistry``; static: QLinear and QDQ registries, as
+    ``quantize_static`` takes them); float16 converts every op but its block list (``()`` here: any)."""
+    if recipe.op_types:
+        return tuple(recipe.op_types)
+    if isinstance(recipe, DynamicInt8):
+        return tuple(sorted(IntegerOpsRegistry))
+    if isinstance(recipe, StaticInt8):
+        return tuple(sorted(set(QLinearOpsRegistry) | set(QDQRegistry)))
+    return ()
+
+
+def acts_on(recipe, graph) -> List[str]:
+    """The nodes of ``graph`` (an ``onnx.GraphProto``, top level) ``recipe`` would quantize, by op type (a
+    node without a name by its op type and position)."""
+    ops = handled(recipe)
+    found = []
+    for k, node in enumerate(graph.node):
+        if (node.op_type in ops) if ops else (node.op_type not in DEFAULT_OP_BLOCK_LIST):
+            found.append(node.name or f"{node.op_type}_{k}")
+    return found
+
+
+def maker(recipe) -> tuple:
+    """What, besides the nodes, decides the model a recipe makes: two recipes with the same maker acting on
+    the same nodes make the same model."""
+    return (type(recipe).__name__, getattr(recipe, "per_channel", None), getattr(recipe, "keep_io", None))

@@ -50,12 +50,14 @@ class QuantReport:
                  f"model's {b.get('float', 0) / 1e3:.1f} kB at {self.float_path})"]
         if self.calibration:
             lines.append(f"calibrated  on {self.calibration}")
-        sizes = ", ".join(str(s) for s in self.verification.get("sizes", []))
+        draws = self.verification.get("draws") or []
+        sizes = ", ".join(f"{s}" + (f" x{d} draws" if d > 1 else "")
+                          for s, d in zip(self.verification.get("sizes", []), draws or [1] * 99))
         lines.append(f"verified    at {sizes}")
         for c in self.verification.get("checks", []):
             bound = "exact" if c["threshold"] is None else f">= {c['threshold']:g}"
             lines.append(f"  {c['output']:<14} {c['measure']:<8} vs {c['against']:<5} {c['got']:.4g} ({bound}) "
-                         f"{'ok' if c['ok'] else 'MISSED'}")
+                         f"{'ok' if c['ok'] else 'MISSED'}{per_shape(c.get('per_shape') or [])}")
         for node in self.excluded:
             lines.append(f"excluded    {', '.join(node['nodes'])} (at {node['where']}: adds noise "
                          f"{node['added_noise']:.2e})")
@@ -78,11 +80,20 @@ class QuantReport:
         return "\n".join(lines)
 
 
+def per_shape(values) -> str:
+    """A check's value at each shape it was scored at, with the frames it counted (the worst is the check's)."""
+    if len(values) < 2:
+        return ""
+    return "; per shape " + ", ".join(f"{'x'.join(str(n) for n in v['sizes'].values())} {v['value']:.4g} "
+                                      f"({v['frames']} frames)" for v in values)
+
+
 def tried_line(t: dict) -> str:
     """One candidate of ``auto``: its size and latency against float and its worst measures, or why it was
     dropped."""
     if not t["ok"]:
-        return f"{t['recipe']:<18} dropped: {t['why']}"
+        why = t["why"] or ""
+        return f"{t['recipe']:<18} {why if why.startswith('not a candidate') else 'dropped: ' + why}"
     lat, size = t["latency"], t["bytes"]
     worst = ", ".join(f"{k} {v:.4g}" for k, v in t["measures"].items())
     return (f"{t['recipe']:<18} {size['ratio']:.2f} of the size, {lat['ratio']:.2f}x the float time "
