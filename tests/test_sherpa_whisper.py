@@ -70,6 +70,8 @@ def test_the_graphs_compute_what_the_checkpoint_computes(fine_tune):
     model = hw.load_whisper(fine_tune)
     enc, dec = WhisperEncoderGraph(model), WhisperDecoderGraph(model)
     torch.manual_seed(0)
+    with pytest.raises(ValueError, match="expects the mel input features to be of length 3000"):
+        model.model.encoder(torch.randn(1, 128, 1301))  # why the encoder graph is the modules, positions cut
     with torch.no_grad():
         mel = torch.randn(1, 128, 3000)
         assert torch.equal(enc.hidden(mel), model.model.encoder(mel).last_hidden_state)
@@ -194,3 +196,14 @@ def test_tokens_txt_holds_each_pieces_bytes_and_no_special_token():
     text = sw.tokens_text(vocabulary)
     assert text == "IA== 0\nw6k= 1\nYWI= 2\n"
     assert vocabulary.symbols() == {0: " ", 1: "é", 2: "ab"}
+
+
+def test_a_tokenizer_leaving_ids_unnamed_below_the_timestamps_is_refused():
+    """An id below the first timestamp without a token would be decoded with no symbol (sherpa-onnx skips it
+    silently); ids past the first timestamp may be unnamed (older tokenizers name no timestamps)."""
+    specials = {"sot": 4, "eot": 3, "translate": 5, "transcribe": 6, "no_timestamps": 7, "no_speech": 8}
+    vocabulary = sw.WhisperVocabulary({0: b"a", 2: b"b"}, specials, {}, False)
+    found = sw.vocabulary_findings(vocabulary, 12)
+    assert [(f.what, f.got) for f in found] == [("vocabulary", "ids [1] have no token")]
+    whole = sw.WhisperVocabulary({0: b"a", 1: b"c", 2: b"b"}, specials, {}, False)
+    assert sw.vocabulary_findings(whole, 12) == []
