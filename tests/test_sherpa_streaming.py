@@ -119,7 +119,8 @@ def test_outputs_must_leave_output_1_to_be_skipped(tmp_path):
 @pytest.mark.parametrize("change, what, got", [
     ({"step": _FewerValidFrames().eval()}, "output 1 (frame count)", "3"),
     ({"metadata": {"window_size": "20"}}, "metadata 'window_size'", "'20'"),
-    ({"metadata": {"subsampling_factor": "8"}}, "output 0 frames per call", "4"),
+    ({"metadata": {"subsampling_factor": "8"}}, "output 0 frames per call",
+     "4 (measured: one call on window_size=19 feature frames)"),
     ({"metadata": {"subsampling_factor": "four"}}, "metadata 'subsampling_factor' (feature frames per output frame)",
      "'four'"),
 ])
@@ -132,8 +133,49 @@ def test_graphs_sherpa_onnx_would_misread_are_refused_before_writing(change, wha
 
 
 def test_unknown_streaming_contract(tmp_path):
-    with pytest.raises(ContractError, match="online-nemo-ctc"):
+    """Refused before anything runs, listing every contract (the transducers' and export()'s too)."""
+    from onnx_compat.errors import ArgumentError
+    with pytest.raises(ArgumentError, match="online-nemo-ctc.*export_transducer: 'sherpa-onnx/offline-transducer'"):
         _export(tmp_path, contract="sherpa-onnx/online-wenet")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_shift_the_frames_do_not_fit_says_what_to_change(tmp_path):
+    """shift=7 once read "expected chunk_shift / subsampling_factor = 7 / 1 ..., got 4": the finding now says what
+    was declared (shift=, the factor derived from it), what was measured (the frames of one call) and the value to
+    change."""
+    with pytest.raises(ContractError) as err:
+        _export(tmp_path, shift=7)
+    assert (err.value.what, err.value.expected, err.value.got) == (
+        "output 0 frames per call", "7 (shift=7 declared / subsampling_factor=1, derived as shift // frames = 7 // 4)",
+        "4 (measured: one call on window_size=19 feature frames)"), err.value
+    assert err.value.fix.startswith("shift=16: ") and "to fix: shift=16" in str(err.value), err.value
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("shift, metadata, expected, fix", [
+    (16, {"subsampling_factor": "8"}, "2 (shift=16 declared / subsampling_factor=8, given in metadata)",
+     "subsampling_factor=4, or leave it out"),
+    (9, {}, "4.5 (shift=9 declared / subsampling_factor=2, derived as shift // frames = 9 // 4)", "shift=16: "),
+    (3, {}, "3 (shift=3 declared / subsampling_factor=1, derived as shift // frames = 3 // 4)", "shift=16: "),
+])
+def test_the_shift_finding_for_each_way_it_misses(shift, metadata, expected, fix):
+    """On the frames of one call alone (4 from window_size 19, as the bundled model): a factor given that does not
+    fit, or a shift no factor fits; a shift that is a multiple of the frames is accepted (24: a factor of 6)."""
+    from onnx_compat.contracts.base import Context
+    from onnx_compat.contracts.sherpa_streaming import ONLINE_NEMO_CTC, frames_are_what_sherpa_reads
+
+    def context(shift, metadata):
+        ctx = Context(None, [], [], {}, options={"window_size": 19, "chunk_shift": shift},
+                      cache={"frames": (4, None, 17)})
+        ctx.metadata.update({"chunk_shift": str(shift), **metadata})
+        ctx.metadata.setdefault("subsampling_factor", next(k for k in ONLINE_NEMO_CTC.metadata
+                                                           if k.key == "subsampling_factor").derive(ctx))
+        return ctx
+    (found,) = frames_are_what_sherpa_reads(context(shift, metadata))
+    assert (found.expected, found.got) == (expected, "4 (measured: one call on window_size=19 feature frames)")
+    assert found.fix.startswith(fix), found
+    assert frames_are_what_sherpa_reads(context(16, {})) == frames_are_what_sherpa_reads(context(24, {})) == []
 
 
 def test_what_the_derived_cache_dims_prevent(tmp_path):

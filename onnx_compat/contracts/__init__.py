@@ -13,35 +13,21 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
-from ..errors import ArgumentError
 from .base import Applied, Contract, ContractError, Finding
 from .rasr_contract import RASR
 from .consumers import ConsumerMismatch
+from .names import refused
 from .sherpa_onnx import NEMO_CTC, SPEAKER_EMBEDDING
 
 CONTRACTS = (RASR, NEMO_CTC, SPEAKER_EMBEDDING)
 
 
 def get_contract(name: str) -> Contract:
+    """The single-graph contract ``name`` (``CONTRACTS``); any other name is refused by ``names.refused``."""
     for contract in CONTRACTS:
         if contract.name == name:
             return contract
-    elsewhere = _ENTRY_POINTS.get(name)
-    if elsewhere:
-        raise ContractError(name, [Finding("entry point", elsewhere, "export(...), which writes one graph")])
-    raise ArgumentError(f"unknown contract {name!r}; choose from {[c.name for c in CONTRACTS]}", argument="contract",
-                        value=name)
-
-
-# contracts of several graphs or of a stream: written by their own functions
-_ENTRY_POINTS = {
-    "sherpa-onnx/online-nemo-ctc": "export_streaming(..., contract='sherpa-onnx/online-nemo-ctc')",
-    "sherpa-onnx/offline-transducer": "export_transducer(parts, folder, contract='sherpa-onnx/offline-transducer')",
-    "sherpa-onnx/online-transducer-conformer": "export_transducer(parts, folder, states=..., "
-                                               "contract='sherpa-onnx/online-transducer-conformer')",
-    "sherpa-onnx/online-transducer-lstm": "export_transducer(parts, folder, states=..., "
-                                          "contract='sherpa-onnx/online-transducer-lstm')",
-}
+    raise refused(name, "export")
 
 
 def check_specs(name: str, inputs, outputs) -> Contract:

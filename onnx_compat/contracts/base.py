@@ -30,14 +30,16 @@ STATIC = "static"    # a fixed number (feature or class count)
 
 @dataclass(frozen=True)
 class Finding:
-    """One broken assumption: ``what`` (port, metadata key, file), expected and got."""
+    """One broken assumption: ``what`` (port, metadata key, file), expected and got; ``fix``: what to change,
+    when the finding can say it."""
 
     what: str
     expected: str
     got: str
+    fix: str = ""
 
     def line(self) -> str:
-        return f"{self.what}: expected {self.expected}, got {self.got}"
+        return f"{self.what}: expected {self.expected}, got {self.got}" + (f"; to fix: {self.fix}" if self.fix else "")
 
 
 class ContractError(OnnxCompatError, ValueError):
@@ -47,7 +49,7 @@ class ContractError(OnnxCompatError, ValueError):
         self.contract = contract
         self.findings = list(findings)
         first = self.findings[0]
-        self.what, self.expected, self.got = first.what, first.expected, first.got
+        self.what, self.expected, self.got, self.fix = first.what, first.expected, first.got, first.fix
         more = "".join(f"; {f.line()}" for f in self.findings[1:])
         super().__init__(f"contract {contract!r}: {first.line()}{more}")
 

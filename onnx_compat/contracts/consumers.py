@@ -24,12 +24,29 @@ from ..model_state import preserved
 
 class ConsumerMismatch(OnnxCompatError, RuntimeError):
     """The consumer's result differs from eager PyTorch's on the same input, or the consumer failed on it.
-    ``case``: the utterance or input case (None: the consumer's run as a whole), ``expected``, ``got``."""
+    ``case``: the utterance or input case (None: the consumer's run as a whole), ``expected``, ``got``.
+    ``cause``: what a second run found, when it found one: "padding" (each utterance decoded alone matches
+    PyTorch, so the model's output depends on the padding of the consumer's batch) or "batch" (the same for a batch
+    of streams, which sherpa-onnx stacks without padding); ``alone``: the consumer's result of each utterance
+    decoded alone (None when nothing was run again)."""
 
-    def __init__(self, consumer: str, case: Optional[int], expected, got, detail: str = ""):
+    def __init__(self, consumer: str, case: Optional[int], expected, got, detail: str = "", *,
+                 cause: Optional[str] = None, alone: Optional[list] = None):
         self.consumer, self.case, self.expected, self.got = consumer, case, expected, got
+        self.cause, self.alone = cause, alone
         where = "" if case is None else f" case {case}"
-        super().__init__(f"{consumer}:{where}{detail}: expected {expected}, got {got}")
+        super().__init__(f"{consumer}:{where}{detail}: expected {expected}, got {got}"
+                         + (f"; {cause}: {CAUSES[cause]}" if cause else ""))
+
+
+#: What each ``ConsumerMismatch.cause`` means for the model, and what to change.
+CAUSES = {
+    "padding": "the model's output depends on the padding of the batch: each utterance alone matches PyTorch "
+               "(the consumer pads a batch to its longest utterance; the model must leave the padded frames out "
+               "by its lengths input: a mask, no mean, norm or attention over the whole padded time axis)",
+    "batch": "the model's output for one stream depends on the other streams of the batch: each utterance alone "
+             "matches PyTorch (the consumer stacks the ready streams on the batch axis; nothing may mix across it)",
+}
 
 
 def eager(model: torch.nn.Module, inputs, tensors: Sequence[torch.Tensor]):

@@ -20,7 +20,7 @@ import torch
 from ..runtimes.compare import closeness
 from . import frontends
 from .consumers import ConsumerMismatch, eager, greedy_ctc, run_child
-from .sherpa_runs import (SCRIPT_HEAD, binary_missing, binary_tokens, compare_tokens, python_missing,
+from .sherpa_runs import (SCRIPT_HEAD, binary_missing, binary_tokens, blank_id, judged, python_missing,
                           recognizer_script, write_wavs)
 
 
@@ -52,8 +52,7 @@ class _NemoCtc:
 
     def reference(self, model, inputs, applied, vocabulary, rate: int):
         meta = applied.metadata
-        bins, blank = applied.io["inputs"][0]["dims"][1], vocabulary.index(
-            next(b for b in ("<blk>", "<eps>", "<blank>") if b in vocabulary))
+        bins, blank = applied.io["inputs"][0]["dims"][1], blank_id(vocabulary)
         out, frames = [], []
         for samples in frontends.utterances(self.seconds, rate):
             x = frontends.nemo_ctc_features(samples, bins, meta["normalize_type"], rate)
@@ -68,15 +67,14 @@ class _NemoCtc:
         return out, frames
 
     def run(self, folder, model, inputs, applied, vocabulary, rate: int, command) -> dict:
-        """The eager reference, then ``command(bins, wavs)`` (the consumer's tokens), compared per utterance."""
+        """The eager reference, then ``command(bins, wavs)`` (the consumer's tokens of one padded batch), compared
+        per utterance (``judged``: a mismatch is decoded again utterance by utterance)."""
         expected, frames = self.reference(model, inputs, applied, vocabulary, rate)
         bins, factor = applied.io["inputs"][0]["dims"][1], int(applied.metadata["subsampling_factor"])
         wavs = write_wavs(folder, self.seconds, rate)
-        t0 = time.perf_counter()
-        got = command(bins, wavs)
-        return compare_tokens(self.name, expected, got, t0, lambda k: f" (T={frames[k][0]}, sherpa-onnx decodes "
-                              f"{frames[k][0] // factor} frames, the model has {frames[k][1]})",
-                              frames=[f[0] for f in frames])
+        return judged(self.name, expected, lambda batch: command(bins, batch), wavs,
+                      lambda k: f" (T={frames[k][0]}, sherpa-onnx decodes {frames[k][0] // factor} frames, the model "
+                      f"has {frames[k][1]})", frames=[f[0] for f in frames])
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,7 @@ import torch
 
 from .base import (Context, Contract, ContractError, Finding, MetaKey, Port, axes, non_negative_int, positive_int)
 from . import sherpa_consumers
-
-BLANKS = ("<blk>", "<eps>", "<blank>")  # the order sherpa-onnx looks them up in
+from .sherpa_runs import BLANKS, blank_id  # noqa: F401 - their home is sherpa_runs; importable here as before
 PROBE_BLOCKS = (8, 13)  # probe lengths T = factor * block + r for every remainder r
 
 
@@ -141,10 +140,6 @@ def vocabulary_fits(ctx: Context) -> List[Finding]:
 
 def tokens_file(ctx: Context) -> Dict[str, str]:
     return {"tokens.txt": "".join(f"{s} {i}\n" for i, s in enumerate(ctx.vocabulary))}
-
-
-def blank_id(vocabulary) -> int:
-    return list(vocabulary).index(next(b for b in BLANKS if b in vocabulary))
 
 
 NEMO_CTC = Contract(

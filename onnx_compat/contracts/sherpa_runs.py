@@ -9,10 +9,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from . import frontends
 from .consumers import ConsumerMismatch, installed, program, run_program
+
+BLANKS = ("<blk>", "<eps>", "<blank>")  # the order sherpa-onnx looks them up in
+
+
+def blank_id(vocabulary: Sequence[str]) -> int:
+    """The blank's index: the first of ``BLANKS`` in the vocabulary, as sherpa-onnx looks it up."""
+    return list(vocabulary).index(next(b for b in BLANKS if b in vocabulary))
 
 #: The child script's head: its imports and ``samples(path) -> (rate, float32 samples)`` of a 16-bit WAV file.
 SCRIPT_HEAD = r"""
@@ -98,3 +105,40 @@ def compare_tokens(name: str, expected, got, t0: float, note=lambda k: "", **fie
             raise ConsumerMismatch(name, k, want, have, note(k))
     return {"consumer": name, "ok": True, "utterances": len(expected), **fields,
             "tokens": [len(t) for t in expected], "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def judged(name: str, expected, command: Callable[[Sequence[str]], list], wavs: Sequence[str], note=lambda k: "",
+           batch: str = "padding", **fields) -> dict:
+    """``command(wavs)`` (the consumer's tokens of ``wavs`` decoded as one batch) against ``expected`` by
+    ``compare_tokens``. A difference in a batch of several utterances is not the end of the story: the model may
+    be right on each utterance and wrong only beside the others (an encoder that does not mask its padding), so
+    each utterance is decoded again alone, and the mismatch says what that found (``ConsumerMismatch.cause`` is
+    ``batch``, "padding" for a padded batch, when each alone matches PyTorch; ``alone`` holds their tokens)."""
+    t0 = time.perf_counter()
+    got = command(wavs)
+    try:
+        return compare_tokens(name, expected, got, t0, note, **fields)
+    except ConsumerMismatch as mismatch:
+        if mismatch.case is None or len(wavs) < 2:
+            raise
+        told = _decoded_alone(name, expected, command, wavs, mismatch, note, batch)
+        if told is mismatch:
+            raise
+        raise told from mismatch
+
+
+def _decoded_alone(name: str, expected, command, wavs, first: ConsumerMismatch, note, batch: str) -> ConsumerMismatch:
+    """The mismatch ``first`` of a batch of ``len(wavs)``, told by each utterance decoded alone."""
+    try:
+        alone = [command([wav]) for wav in wavs]
+    except ConsumerMismatch:
+        return first  # the consumer fails on an utterance alone: the batch's mismatch is the first fact
+    alone = [(tokens or [None])[0] for tokens in alone]
+    size = f" in a batch of {len(wavs)}"
+    differ = [k for k, (want, have) in enumerate(zip(expected, alone)) if want != have]
+    if not differ:
+        return ConsumerMismatch(name, first.case, first.expected, first.got, note(first.case) + size, cause=batch,
+                                alone=alone)
+    k = differ[0]
+    return ConsumerMismatch(name, k, expected[k], alone[k], f"{note(k)} decoded alone (it differs alone too: not "
+                            "the batch)", alone=alone)

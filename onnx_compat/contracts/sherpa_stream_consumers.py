@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -19,7 +18,8 @@ import torch
 
 from . import frontends
 from .consumers import greedy_ctc, run_child
-from .sherpa_runs import binary_missing, binary_tokens, compare_tokens, python_missing, recognizer_script, write_wavs
+from .sherpa_runs import (binary_missing, binary_tokens, blank_id, judged, python_missing, recognizer_script,
+                          write_wavs)
 
 _ONLINE = recognizer_script("""
 model, tokens, dim, rate, *wavs = sys.argv[1:]
@@ -55,24 +55,23 @@ class _OnlineNemoCtc:
     seconds: tuple = (0.25, 1.3, 0.97, 2.1)  # the first is shorter than two chunks: one call at the bundled window
 
     def reference(self, job: StreamJob, applied, vocabulary, bins: int, rate: int):
-        from .sherpa_streaming import blank_of
         window, shift = int(applied.metadata["window_size"]), int(applied.metadata["chunk_shift"])
         out, calls = [], []
         for samples in frontends.utterances(self.seconds, rate, seed=1):
             chunks = streamed_log_probs(job, frontends.nemo_ctc_features(samples, bins, "NA", rate), window, shift)
             log_probs = np.concatenate(chunks) if chunks else np.zeros((0, len(vocabulary)), np.float32)
             calls.append(len(chunks))
-            out.append([vocabulary[k] for k in greedy_ctc(log_probs, log_probs.shape[0], blank_of(vocabulary))])
+            out.append([vocabulary[k] for k in greedy_ctc(log_probs, log_probs.shape[0], blank_id(vocabulary))])
         return out, calls
 
     def run(self, folder, job: StreamJob, applied, vocabulary, rate: int, command) -> dict:
-        """The eager stream, then ``command(bins, wavs)`` (the consumer's tokens), compared utterance by utterance."""
+        """The eager stream, then ``command(bins, wavs)`` (the consumer's tokens of one batch of streams), compared
+        utterance by utterance (``judged``: a mismatch is decoded again utterance by utterance)."""
         bins = applied.io["inputs"][0]["dims"][1]
         expected, calls = self.reference(job, applied, vocabulary, bins, rate)
-        t0 = time.perf_counter()
-        got = command(bins, write_wavs(folder, self.seconds, rate, seed=1, stem="stream"))
-        return compare_tokens(self.name, expected, got, t0, lambda k: f" ({calls[k]} calls of the streamed step)",
-                              calls=calls)
+        wavs = write_wavs(folder, self.seconds, rate, seed=1, stem="stream")
+        return judged(self.name, expected, lambda batch: command(bins, batch), wavs,
+                      lambda k: f" ({calls[k]} calls of the streamed step)", batch="batch", calls=calls)
 
 
 @dataclass(frozen=True)

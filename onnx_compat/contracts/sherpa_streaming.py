@@ -19,11 +19,12 @@ wheel and sherpa-onnx-bin 2.0.1:
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from .base import Context, Contract, ContractError, Finding, MetaKey, Port, axes, positive_int
+from .names import refused
 from .sherpa_onnx import BLANKS, tokens_file
 from . import sherpa_stream_consumers
 
@@ -77,9 +78,29 @@ def frames_are_what_sherpa_reads(ctx: Context) -> List[Finding]:
         found.append(Finding("output 1 (frame count)", f"{frames}, the frames of output 0 that sherpa-onnx decodes "
                              "every call (it never reads output 1)", f"{own}"))
     if frames * factor != shift:
-        found.append(Finding("output 0 frames per call", f"chunk_shift / subsampling_factor = {shift} / {factor} "
-                             f"(each call advances {shift} feature frames)", f"{frames}"))
+        found.append(_shift_finding(ctx, frames, factor, shift))
     return found
+
+
+def _shift_finding(ctx: Context, frames: int, factor: int, shift: int) -> Finding:
+    """sherpa-onnx advances ``shift`` feature frames per call and decodes all ``frames`` output frames of it, so
+    ``shift`` = ``frames`` x the subsampling factor: the finding says what was declared (``shift=``, the factor
+    given or derived), what was measured (the frames of one call) and which value to change."""
+    window = int(ctx.options["window_size"])
+    given = ctx.metadata.get("subsampling_factor") != _factor(ctx)
+    factor_said = "given in metadata" if given else f"derived as shift // frames = {shift} // {frames}"
+    if not frames:
+        fix = f"chunk= (window_size {window} gives no output frame, so nothing is decoded)"
+    elif shift % frames == 0:
+        fix = f"subsampling_factor={shift // frames}, or leave it out (it is derived from shift= and the frames per call)"
+    else:
+        guess = max(window // frames, 1)
+        fix = (f"shift={frames * guess}: sherpa-onnx decodes all {frames} frames of every call, so shift= must be {frames}"
+               f" x the subsampling factor ({shift} is no multiple of {frames}; {guess} = window_size {window} // "
+               f"{frames}), else chunk= for a window whose frames per call fit shift=")
+    return Finding("output 0 frames per call", f"{shift / factor:g} (shift={shift} declared / subsampling_factor="
+                   f"{factor}, {factor_said})", f"{frames} (measured: one call on window_size={window} feature frames)",
+                   fix)
 
 
 def vocabulary_fits(ctx: Context) -> List[Finding]:
@@ -200,12 +221,7 @@ def streaming_contract(name: Optional[str]) -> Optional[Contract]:
     for contract in STREAMING_CONTRACTS:
         if contract.name == name:
             return contract
-    raise ContractError(name, [Finding("contract", f"one of {[c.name for c in STREAMING_CONTRACTS]} for "
-                                                   "export_streaming", repr(name))])
+    raise refused(name, "export_streaming")
 
 
 STREAMING_CONTRACTS = (ONLINE_NEMO_CTC,)
-
-
-def blank_of(vocabulary: Sequence[str]) -> int:
-    return list(vocabulary).index(next(b for b in BLANKS if b in vocabulary))

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from .base import Context, Contract, ContractError, Finding, MetaKey, Port, axes, positive_int
+from .names import refused
 from .sherpa_streaming import vocabulary_findings
 
 GRAPHS = ("encoder", "decoder", "joiner")
@@ -212,7 +213,7 @@ def transducer_contract(name: str) -> TransducerContract:
     for contract in TRANSDUCER_CONTRACTS:
         if contract.name == name:
             return contract
-    raise ContractError(name, [Finding("contract", f"one of {[c.name for c in TRANSDUCER_CONTRACTS]}", repr(name))])
+    raise refused(name, "export_transducer")
 
 
 def check_graph_names(contract: TransducerContract, parts) -> None:

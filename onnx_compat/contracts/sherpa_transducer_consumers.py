@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
@@ -19,7 +18,7 @@ import torch
 
 from . import frontends
 from .consumers import run_child
-from .sherpa_runs import binary_missing, binary_tokens, compare_tokens, python_missing, recognizer_script, write_wavs
+from .sherpa_runs import binary_missing, binary_tokens, judged, python_missing, recognizer_script, write_wavs
 
 _SETUP = """
 folder, dim, rate, *wavs = sys.argv[1:]
@@ -107,10 +106,11 @@ class _Transducer:
         return out, calls
 
     def run(self, folder, eager, vocabulary, bins, rate, command) -> dict:
+        """PyTorch's labels, then ``command(wavs)`` (the consumer's, all in one batch: padded offline, stacked
+        streams online), compared utterance by utterance (``judged``: a mismatch is decoded again alone)."""
         expected, calls = self.reference(eager, vocabulary, bins, rate, self.online)
-        t0 = time.perf_counter()
-        got = command(write_wavs(folder, self.seconds, rate, seed=2))
-        return compare_tokens(self.name, expected, got, t0, calls=calls)
+        wavs = write_wavs(folder, self.seconds, rate, seed=2)
+        return judged(self.name, expected, command, wavs, batch="batch" if self.online else "padding", calls=calls)
 
 
 @dataclass(frozen=True)
