@@ -29,8 +29,8 @@ _moved.install()
 # What a user calls, declares and catches; every other error is in ``onnx_compat.errors``.
 __all__ = ["export", "verify", "diagnose", "describe", "check_rasr", "patched", "available_patches",
            "unavailable_patches", "export_streaming", "streamify", "quantize", "export_pretrained",
-           "from_pretrained_dir", "export_label_scorer", "Dim", "TensorSpec", "StateSpec", "Report", "OnnxCompatError", "ExportError",
-           "VerificationError", "SpecError", "__version__"]
+           "from_pretrained_dir", "export_label_scorer", "export_transducer", "Dim", "TensorSpec", "StateSpec",
+           "Report", "OnnxCompatError", "ExportError", "VerificationError", "SpecError", "__version__"]
 
 
 # Names whose layers load on first use: an export needs none of them, and a process (the CLI, a
@@ -41,6 +41,9 @@ _LAZY = {"check_rasr": ("onnx_compat.contracts.rasr", "check_rasr"),
          **{name: ("onnx_compat.streaming", name) for name in ("export_streaming", "StateSpec", "streamify")},
          "quantize": ("onnx_compat.quantization", "quantize"),
          "export_label_scorer": ("onnx_compat.label_scorers", "export_label_scorer"),
+         "export_transducer": ("onnx_compat.parts.transducer", "export_transducer"),
+         "export_parts": ("onnx_compat.parts", "export_parts"),
+         "export_whisper": ("onnx_compat.huggingface.whisper", "export_whisper"),
          "QuantReport": ("onnx_compat.quantization", "QuantReport"),
          "from_pretrained_dir": ("onnx_compat.huggingface", "from_pretrained_dir"),
          "export_pretrained": ("onnx_compat.huggingface", "export_pretrained"),

@@ -101,6 +101,34 @@ class RuntimeUnavailable(OnnxCompatError, RuntimeError):
     """Another ONNX Runtime asked for (an interpreter, Node.js) cannot be used here."""
 
 
+class DataDependentBranch(OnnxCompatError, RuntimeError):
+    """A branch on a tensor's value that is not a check, met while the dynamo exporter traced (``patches/checks``);
+    ``where``: the model's file:line, ``cause``: dynamo's own error."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        super().__init__(f"{where}: the model branches on a tensor's value here, which the dynamo exporter "
+                         f"cannot trace (only checks whose failing branch just raises or reports are dropped, and "
+                         f"branches whose body only stores into tensors, t[mask] = v, are traced as torch.where): "
+                         f"{cause}")
+        self.where, self.cause = where, cause
+
+
+class DrawsDiffer(OnnxCompatError):
+    """The model's random draws cannot be fed to the graph's random nodes (``pipeline/draw_inputs``); the message
+    says which draw and which node. Verification turns it into a ``VerificationError`` of kind "draws"."""
+
+
+class EagerMismatch(OnnxCompatError, AssertionError):
+    """``onnx_compat.testing``: ONNX Runtime and the eager model disagree (or the reference is degenerate); the
+    fields say where. An ``AssertionError`` too, so a test runner reports it as a failed assertion."""
+
+    def __init__(self, message: str, *, case: str, sizes: Dict[str, int], output: Optional[int] = None,
+                 max_error: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None):
+        super().__init__(message)
+        self.case, self.sizes, self.output = case, dict(sizes), output
+        self.max_error, self.atol, self.rtol = max_error, atol, rtol
+
+
 @dataclass(frozen=True)
 class StaticDim:
     """A dim declared dynamic that the traced model makes a constant."""
@@ -125,13 +153,15 @@ class NarrowedDim:
     dim: Optional[str]
     high: int
     wanted: Optional[int]  # the declared maximum; None: any size
+    cause: Optional[str] = None  # what in the model holds ``high`` rows (a cache, a table), when something does
 
     def __str__(self) -> str:
         label = f" ('{self.dim}')" if self.dim else ""
         asked = f"up to {self.wanted}" if self.wanted else "at any size"
-        return (f"'{self.input}' dim {self.axis}{label} was requested dynamic {asked} but the traced model holds "
-                f"only up to {self.high}: Python code made a size a number (int(), math.ceil, max/min of sizes) "
-                "and dynamo kept the example's value in the graph")
+        why = self.cause or ("Python code made a size a number (int(), math.ceil, max/min of sizes) and dynamo kept "
+                             "the example's value in the graph")
+        return f"'{self.input}' dim {self.axis}{label} was requested dynamic {asked} but the traced model holds " \
+               f"only up to {self.high}: {why}"
 
 
 class DimSpecialized(OnnxCompatError, RuntimeError):
@@ -248,7 +278,8 @@ _ELSEWHERE = {
 
 __all__ = ["OnnxCompatError", "ArgumentError", "ArgumentTypeError", "UsageError", "FactoryError", "OutputPathError",
            "WriteError", "ModelFileError", "PatchError", "PatchSelectionTypeError", "PatchUnavailable", "SpecError",
-           "TargetError", "SpectralError", "RuntimeUnavailable", "StaticDim", "NarrowedDim", "DimSpecialized",
+           "TargetError", "SpectralError", "RuntimeUnavailable", "DataDependentBranch", "DrawsDiffer", "EagerMismatch",
+           "StaticDim", "NarrowedDim", "DimSpecialized",
            "Culprit", "CaptureError", "Mismatch", "VerificationError", "RandomOutputs", "ExportError", *_ELSEWHERE]
 
 

@@ -19,6 +19,7 @@ import onnx
 import torch
 
 from onnx_compat import versions
+from onnx_compat.errors import EagerMismatch  # in the one family; importable from here as before
 from onnx_compat.runtimes import compare as compare_rule
 from onnx_compat.runtimes.session import open_session
 from onnx_compat.pipeline.vanilla import plain_export
@@ -29,16 +30,6 @@ DEGENERATE_SPREAD = compare_rule.DEGENERATE_SPREAD  # the runtime layer's degene
 
 Sizes = Mapping[str, int]
 Check = Tuple[Sizes, Sequence[torch.Tensor]]
-
-
-class EagerMismatch(AssertionError):
-    """ONNX Runtime and the eager model disagree (or the reference is degenerate); the fields say where."""
-
-    def __init__(self, message: str, *, case: str, sizes: Sizes, output: Optional[int] = None,
-                 max_error: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None):
-        super().__init__(message)
-        self.case, self.sizes, self.output = case, dict(sizes), output
-        self.max_error, self.atol, self.rtol = max_error, atol, rtol
 
 
 def seed_of(name: str) -> int:

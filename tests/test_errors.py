@@ -123,6 +123,46 @@ def test_every_onnx_compat_error_class_in_the_package_is_in_errors():
     assert missing == [], f"add to onnx_compat.errors: {missing}"
 
 
+def _package_exceptions():
+    """Every exception class defined in the package (every module imported; the bundled models and the demo
+    aside, as in the test above)."""
+    import pkgutil
+    for info in pkgutil.walk_packages(onnx_compat.__path__, "onnx_compat."):
+        if not info.name.startswith(("onnx_compat.models", "onnx_compat.demo")):
+            importlib.import_module(info.name)
+
+    def below(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from below(sub)
+    return {c for c in below(BaseException) if c.__module__.startswith("onnx_compat.")}
+
+
+def test_every_exception_class_of_the_package_is_in_the_family():
+    """Issue #45: ``DataDependentBranch`` (a RuntimeError), ``DrawsDiffer`` (an Exception) and ``EagerMismatch`` (an
+    AssertionError) were defined outside ``OnnxCompatError``: a user's ``except OnnxCompatError`` missed them.
+    Warning classes are not errors (``warnings.warn`` issues them) and stay out."""
+    outside = sorted(f"{c.__module__}.{c.__name__}" for c in _package_exceptions()
+                     if not issubclass(c, (OnnxCompatError, Warning)))  # a warning is issued, never raised
+    assert outside == [], f"derive from onnx_compat.errors.OnnxCompatError: {outside}"
+
+
+@pytest.mark.parametrize("old, name, builtin", [("onnx_compat.patches.checks", "DataDependentBranch", RuntimeError),
+                                                ("onnx_compat.pipeline.draw_inputs", "DrawsDiffer", Exception),
+                                                ("onnx_compat.testing", "EagerMismatch", AssertionError)])
+def test_the_errors_brought_into_the_family_keep_their_old_paths_and_bases(old, name, builtin):
+    """Moved into ``onnx_compat.errors``: still importable where they were, still caught as what they were."""
+    cls = getattr(importlib.import_module(old), name)
+    assert cls is getattr(errors, name) and issubclass(cls, (OnnxCompatError, builtin)) and issubclass(cls, builtin)
+    assert name in errors.__all__
+
+
+def test_data_dependent_branch_names_the_line_and_keeps_the_cause():
+    cause = RuntimeError("Could not guard on data-dependent expression")
+    exc = errors.DataDependentBranch("model.py:12", cause)
+    assert (exc.where, exc.cause) == ("model.py:12", cause) and str(exc).startswith("model.py:12: the model branches")
+
+
 def test_the_top_level_names_are_few_and_the_old_ones_still_import():
     assert len(onnx_compat.__all__) <= 25 and "OnnxCompatError" in onnx_compat.__all__
     assert "CaptureError" not in onnx_compat.__all__

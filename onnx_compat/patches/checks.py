@@ -43,6 +43,7 @@ from typing import Optional
 
 import torch
 
+from onnx_compat.errors import DataDependentBranch  # in the one family; importable from here as before
 from onnx_compat.patches.registry import Patch, register
 from .when import torchscript_exporting
 from ._warning_site import said_at
@@ -65,17 +66,6 @@ _NOT_REPAIRS = ("JUMP", "POP_JUMP", "RETURN", "FOR_ITER", "YIELD", "SEND", "RERA
 
 
 _depth = threading.local()
-
-
-class DataDependentBranch(RuntimeError):
-    """A branch on a tensor's value that is not a check, met while the dynamo exporter traced."""
-
-    def __init__(self, where: str, cause: BaseException) -> None:
-        super().__init__(f"{where}: the model branches on a tensor's value here, which the dynamo exporter "
-                         f"cannot trace (only checks whose failing branch just raises or reports are dropped, and "
-                         f"branches whose body only stores into tensors, t[mask] = v, are traced as torch.where): "
-                         f"{cause}")
-        self.where = where
 
 
 @functools.lru_cache(maxsize=256)

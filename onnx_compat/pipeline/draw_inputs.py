@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx_compat.errors import DrawsDiffer  # in the one family; importable from here as before
 from onnx_compat.graph import nested_nodes, subgraphs
 
 KINDS = {"RandomNormal": "normal", "RandomNormalLike": "normal",
@@ -40,10 +41,6 @@ KINDS = {"RandomNormal": "normal", "RandomNormalLike": "normal",
 _UNFED = ("Bernoulli", "Multinomial")  # random nodes no eager draw is fed to
 _PARAMS = {"normal": ("mean", "scale", 0.0, 1.0), "uniform": ("low", "high", 0.0, 1.0)}
 EXPOSED = "__onnx_compat_drawn"  # suffix of the renamed output of a random node in the copy
-
-
-class DrawsDiffer(Exception):
-    """The eager draws cannot be fed to the graph's random nodes; the message says which and why."""
 
 
 @dataclass
