@@ -14,13 +14,14 @@ a smaller file that is slower is a choice the user makes by naming a recipe.
 Why only recipes that act on the model, and a margin: on one ``Linear(8, 6)``
 the three dynamic recipes made the same model (it has no Conv, and nothing
 else the dynamic quantizer handles), timed 0.93x, 0.75x and 0.74x the float
-model's time in one loop; the last was written under a name saying Conv, at
-1.73 of the float file's size. A recipe whose nodes are all another's (same
-maker, same options, the same nodes of this graph) is not a candidate, nor one
-that quantizes no node; a lead smaller than ``MARGIN`` of the float time (or the
-float runs' own spread, when larger) is no lead: among candidates that close,
-the smaller file, then the earlier recipe, is kept; a file larger than the
-float one is never kept (int8 scales outweigh the weights of a tiny model).
+model's time in one loop; the last (int8-dynamic-all; int8-dynamic-conv in
+another run) was written at 1.73 of the float file's size. A recipe whose nodes
+are all another's (same maker, same options, the same nodes of this graph) is
+not a candidate, nor one that quantizes no node; a lead smaller than
+``MARGIN`` of the float time (or the float runs' own spread, when larger) is no
+lead: among candidates that close, the smaller file, then the earlier recipe,
+is kept; a file no smaller than the float one is never kept (int8 scales and
+quantize nodes outweigh the weights of a tiny model).
 """
 from __future__ import annotations
 
