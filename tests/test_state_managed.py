@@ -262,3 +262,54 @@ def test_transformer_aed_decoder_with_dynamo(tmp_path):
             n = next(d["encoder_frames"] for d in report.decodes if d["feature_frames"] == x.shape[1])
             assert _greedy(report, n) == model.greedy_decode(x, 2 * n)
     assert os.path.exists(report.files["report"])
+
+
+def _neg_log_probs(step_out, targets):
+    """``-log p`` of each next label from a step's log-probs ``[1, S, V]`` (no cache, the whole sequence)."""
+    log_probs = step_out[0][0]
+    return -float(sum(log_probs[i, t] for i, t in enumerate(targets)))
+
+
+def test_combination_aed_ctc_prefix_and_lm(tmp_path):
+    """AED + CTC prefix + LM in one label-synchronous search, each scaled: through the written graphs as RASR
+    calls them and through PyTorch, the same labels and costs; and each decode's cost is the scaled sum the
+    models give on their own: the AED's and the LM's -log p of the labels and the sentence end, and PyTorch's
+    CTC loss of the labels (the CTC prefix costs of a finished hypothesis add up to it)."""
+    from onnx_compat.label_scorers.combine import combine_label_scorers
+    jobs = [transformer_decoder.label_scorer_job(k) for k in ("aed", "ctc", "lm")]
+    for job in jobs:
+        job["exporter"] = "torchscript"
+    report = combine_label_scorers(str(tmp_path / "combined"), [(jobs[0], 1.0), (jobs[1], 0.5), (jobs[2], 0.3)])
+    values = config.parse(open(os.path.join(report.folder, "label-scorer.config")).read())
+    assert values["type"] == "combine" and values["num-scorers"] == "3"
+    assert values["scorer-2.type"] == "ctc-prefix" and values["scorer-2.blank-label-index"] == "10"
+    assert values["scorer-2.ctc-scorer.decoder.type"] == "no-context-onnx"
+    assert values["scorer-3.type"] == "state-managed-onnx" and values["scorer-3.scale"] == "0.3"
+    assert os.path.exists(values["scorer-1.decoder.onnx-model.session.file"])
+    assert {d["search"] for d in report.decodes} == {"greedy, label-synchronous", "beam 4, label-synchronous"}
+    model, lm = transformer_decoder.tiny_aed(), transformer_decoder.tiny_lm()
+    gen = np.random.default_rng(0)
+    checked = 0
+    for n in sorted({d["feature_frames"] for d in report.decodes}):
+        x = torch.from_numpy(gen.standard_normal((1, n, 20)).astype(np.float32))
+        for d in (d for d in report.decodes if d["feature_frames"] == n):
+            if len(d["labels"]) >= 2 * d["encoder_frames"]:
+                continue  # stopped at the label limit: no sentence end scored
+            labels = d["labels"]
+            tokens, targets = torch.tensor([[0] + labels]), labels + [0]
+            with torch.no_grad(), one_thread():
+                enc, lengths = model.encode(x, torch.tensor([n], dtype=torch.int32))
+                args = (tokens, torch.tensor([len(targets)]), torch.tensor([0]))
+                aed_cost = _neg_log_probs(model.decoder.step(*args, *model.decoder.empty_caches(), enc,
+                                                             lengths.long()), targets)
+                lm_cost = _neg_log_probs(lm.step(*args, *lm.empty_caches()), targets)
+                ctc = torch.nn.functional.ctc_loss(model.ctc_log_probs(enc)[0][:, None], torch.tensor([labels]),
+                                                   torch.tensor([enc.shape[1]]), torch.tensor([len(labels)]),
+                                                   blank=10, reduction="sum")
+            assert abs(d["cost_pytorch"] - (aed_cost + 0.5 * float(ctc) + 0.3 * lm_cost)) < 1e-3, d
+            assert abs(d["cost_onnx"] - d["cost_pytorch"]) < 1e-3
+            checked += 1
+    assert checked >= 3, report.decodes
+    with pytest.raises(LabelScorerError) as err:
+        combine_label_scorers(str(tmp_path / "two"), [(jobs[0], 1.0), (jobs[0], 1.0)])
+    assert err.value.rule == "one AED" and not (tmp_path / "two").exists()

@@ -74,6 +74,17 @@ def dispatch(folder: str, params: Mapping[str, object]) -> StateManagedReport:
 
 
 @dataclass
+class EagerSide:
+    """What the PyTorch side of a search needs of a written state-managed scorer (kept on the report object,
+    not in ``report.json``): the wrapper module in eager mode, its ONNX input and output names, the encoder."""
+
+    module: torch.nn.Module
+    inputs: List[str]
+    outputs: List[str]
+    encoder: Optional[Callable]
+
+
+@dataclass
 class _Layout:
     """What the graph looks like: the states' flavour, the manager written, the max-history key."""
 
@@ -133,6 +144,7 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
         gen = np.random.default_rng(seed)
         feats = [gen.standard_normal((1, n, features.dims[2])).astype(np.float32)
                  for n in utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE)]
+    report.eager = EagerSide(wrapper, [n for s in inputs for n in s.onnx_names], [o.name for o in outputs], encoder)
     proof = _proof(report, text, wrapper, [s.onnx_names for s in inputs], outputs, encoder, feats, len(vocabulary),
                    sentence_end, beam, max_labels)
     tell(f"exporting {', '.join(g[0] for g in graphs)}; then RASR's loader and the decode proof")

@@ -144,6 +144,10 @@ class TransformerAED(nn.Module):
             x = block(x, mask)
         return x, lengths
 
+    def ctc_log_probs(self, frames: torch.Tensor) -> torch.Tensor:
+        """The encoder's own output layer as a CTC head on frames ``[..., E]``: ``vocab + 1`` classes, blank last."""
+        return self.encoder.output(frames).log_softmax(-1)
+
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, max_labels: int) -> List[int]:
         enc, lengths = self.encode(features, torch.tensor([features.shape[1]], dtype=torch.int32))
@@ -182,7 +186,8 @@ def tiny_aed(features: int = 20, vocab: int = 10, seed: int = 0) -> TransformerA
 
 def label_scorer_job(kind: str = "lm", seed: int = 0) -> dict:
     """``export_label_scorer(kind="state-managed", manager="transformer")`` arguments: the tiny LM
-    (``kind="lm"``) or the tiny AED (``kind="aed"``)."""
+    (``kind="lm"``) or the tiny AED (``kind="aed"``); ``kind="ctc"``: the AED's CTC head as
+    ``no-context-onnx`` (blank last)."""
     from ..spec import Dim, TensorSpec
     vocabulary = ["</s>"] + [f"label{i}" for i in range(1, 10)]
     if kind == "lm":
@@ -190,7 +195,10 @@ def label_scorer_job(kind: str = "lm", seed: int = 0) -> dict:
         return dict(kind="state-managed", manager="transformer", score=model.step, states=model.state_specs(),
                     vocabulary=vocabulary, sentence_end=0, start_label=0, module=model)
     model = tiny_aed(seed=seed)
+    features = TensorSpec("features", [Dim("batch"), Dim("time", min=7), 20], lengths=[1])
+    if kind == "ctc":
+        return dict(kind="ctc", encoder=model.encode, encoder_dim=model.dim, features=features, module=model,
+                    score=model.ctc_log_probs, vocabulary=vocabulary + ["<blank>"], blank=len(vocabulary))
     return dict(kind="state-managed", manager="transformer", score=model.decoder.step,
                 states=model.decoder.state_specs(), vocabulary=vocabulary, sentence_end=0, start_label=0,
-                encoder=model.encode, encoder_dim=model.dim, module=model,
-                features=TensorSpec("features", [Dim("batch"), Dim("time", min=7), 20], lengths=[1]))
+                encoder=model.encode, encoder_dim=model.dim, module=model, features=features)
