@@ -36,7 +36,7 @@ from onnx_compat.errors import UsageError
 class Role:
     """One path a command uses: the option that names it and what it is, for the message."""
 
-    option: str  # "--out", "--json", "--out (its weights file)"
+    option: str  # the option (or argument) that names it: "--out", "--json", "onnx", "hf:DIR"
     path: str  # as given, made absolute
     what: str  # "the ONNX model", "the report"
     folder: bool = False  # a folder (label-scorer's --out, hf:DIR) rather than a file
