@@ -118,6 +118,21 @@ def test_the_comparison_sees_the_language_and_the_decoders_history(exported, fin
         WhisperPython("de").verify(str(out), forgetful, hw.read_vocabulary(fine_tune).symbols(), 128)
 
 
+def test_what_the_base64_tokens_prevent(exported, fine_tune, tmp_path):
+    """The same graphs with tokens.txt spelled as vocab.json spells the pieces (``Ġa``, ``.``): sherpa-onnx
+    base64-decodes every symbol and ends the process on a character outside base64's alphabet."""
+    import shutil
+    report, out = exported
+    spelled = tmp_path / "spelled"
+    shutil.copytree(out, spelled)
+    (spelled / "tokens.txt").write_text("".join(f"{p} {i}\n" for i, p in enumerate(PIECES)), encoding="utf-8")
+    model = hw.load_whisper(fine_tune)
+    with pytest.raises(ConsumerMismatch) as caught:
+        WhisperPython("de").verify(str(spelled), hw.reference(model, report.metadata, "de"),
+                                   hw.read_vocabulary(fine_tune).symbols(), 128)
+    assert "exit code" in str(caught.value.got), caught.value
+
+
 def test_an_english_only_checkpoint_decodes_in_sherpa_onnx_with_dynamo(english, tmp_path):
     _needs_sherpa()
     report = export_whisper_checked(english, tmp_path / "model", exporter={"encoder": "torchscript",

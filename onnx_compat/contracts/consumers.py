@@ -80,8 +80,9 @@ def run_child(code: str, args: Sequence[str], what: str, timeout: int = 300) -> 
 def run_program(command: Sequence[str], what: str, timeout: int = 300, stderr: bool = False) -> str:
     """Stdout of ``command`` (``stderr``: its stderr, where sherpa-onnx's streaming binary prints results); a
     failure (sherpa-onnx exits on a model it refuses) is a ``ConsumerMismatch``
-    quoting the consumer's last log line."""
-    done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
+    quoting the consumer's last log line. Undecodable bytes are replaced: sherpa-onnx logs the raw byte it
+    refuses (``base64-decode.cc``: ``Unknown character %c``), which is no UTF-8."""
+    done = subprocess.run(list(command), capture_output=True, text=True, errors="replace", timeout=timeout)
     if done.returncode != 0:
         raise ConsumerMismatch(what, None, "a result", f"exit code {done.returncode}: {_last_line(done.stderr)}")
     return done.stderr if stderr else done.stdout
