@@ -247,6 +247,41 @@ def test_transformer_lm_and_lstm_lm_with_dynamo(tmp_path):
         assert report.graphs["scorer"]["exporter"] == "dynamo"
         assert _greedy(report) == model.greedy_decode(20), name
         assert report.mixed_batch["prefix_lengths"][0] == 0 and report.row_max_abs_err <= 1e-5
+    model = transformer_decoder.tiny_lm()
+    report = export_label_scorer(str(tmp_path / "full"), exporter="dynamo", **_full_context_job(model))
+    assert report.graphs["scorer"]["exporter"] == "dynamo" and _greedy(report) == model.greedy_decode(20)
+    assert report.mixed_batch["history_lengths"] == [1, 2, 3, 4, 5, 6] and report.row_max_abs_err <= 1e-5
+
+
+def _full_context_job(model, **overrides):
+    job = dict(kind="full-context", release="full-context-pr", score=model.full_context, module=model,
+               vocabulary=VOCAB, sentence_end=0, start_label=0)
+    job.update(overrides)
+    return job
+
+
+def test_full_context_lm_opt_in_and_decodes_as_the_kv_cache(transformer_lm, tmp_path):
+    """full-context-onnx (RASR's open PR #241) only with release='full-context-pr'; the same Transformer LM
+    fed its whole right-padded history decodes as its KV-cache graph does; a callable reading the padding is
+    refused before any export."""
+    model, kv = transformer_lm
+    with pytest.raises(LabelScorerError) as err:
+        export_label_scorer(str(tmp_path / "master"), **_full_context_job(model, release="master"))
+    assert err.value.rule == "type in release" and not (tmp_path / "master").exists()
+    report = export_label_scorer(str(tmp_path / "full"), exporter="torchscript", **_full_context_job(model))
+    values = config.parse(report.config)
+    assert values["type"] == "full-context-onnx" and values["start-label-index"] == "0"
+    assert values["onnx-model.io-map.history-size"] == "history:size1"  # the PR's name, not i6's history-length
+    dims, _ = _io(report.files["scorer"])
+    assert dims["history"] == ["hyps", "history"] and dims["history:size1"] == ["hyps"]
+    assert [d["labels"] for d in report.decodes] == [d["labels"] for d in kv.decodes]
+    assert all(abs(a["cost_onnx"] - b["cost_onnx"]) < 1e-4 for a, b in zip(report.decodes, kv.decodes))
+    assert report.mixed_batch["history_lengths"] == [1, 2, 3, 4, 5, 6]
+    assert report.rows_checked >= 6 and report.row_max_abs_err <= 1e-5
+    reads_padding = _full_context_job(model, score=lambda h, n: model.full_context(h, torch.full_like(n, h.shape[1])))
+    with pytest.raises(LabelScorerError) as err:
+        export_label_scorer(str(tmp_path / "padding"), exporter="torchscript", **reads_padding)
+    assert err.value.rule == "padding ignored" and not (tmp_path / "padding").exists()
 
 
 @needs_dynamo

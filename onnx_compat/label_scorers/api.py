@@ -106,7 +106,7 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Optional[Callable] =
     encoder frames, and the shortest that gives one encoder frame). ``progress``: told each stage as it starts
     (the rehearsal, each graph's export stages, the proof), as ``export(progress=)`` is.
     """
-    if kind == "state-managed" or manager is not None:
+    if kind in ("state-managed", "full-context") or manager is not None:
         from .state_managed import dispatch
         return dispatch(folder, locals())
     if encoder is None:

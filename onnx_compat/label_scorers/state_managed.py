@@ -59,6 +59,8 @@ _NOT_HERE = ("initial", "update", "updater_states", "scorer_states", "blank")
 def dispatch(folder: str, params: Mapping[str, object]) -> StateManagedReport:
     """``export_label_scorer(kind="state-managed", ...)``: the arguments another kind takes refused, the
     rest handed to ``export_state_managed`` (``start_label`` is RASR's one ``start-labels`` entry)."""
+    if params["kind"] == "full-context":
+        return _full_context(folder, params)
     if params["kind"] != "state-managed":
         raise LabelScorerError(f"manager= is for kind='state-managed', not kind={params['kind']!r}",
                                tensor="manager", rule="manager for state-managed")
@@ -71,6 +73,23 @@ def dispatch(folder: str, params: Mapping[str, object]) -> StateManagedReport:
             "scores", "batch", "module", "exporter", "utterances", "max_labels", "beam", "atol", "rtol", "seed",
             "progress")
     return export_state_managed(folder, start_labels=[params["start_label"]], **{k: params[k] for k in keys})
+
+
+def _full_context(folder: str, params: Mapping[str, object]):
+    """``kind="full-context"``: only in RASR's open PR #241, so opt-in with ``release="full-context-pr"``."""
+    from .full_context import RELEASE, export_full_context
+    if params["release"] != RELEASE:
+        raise LabelScorerError(f"kind='full-context' (full-context-onnx) is only in RASR's open PR #241: pass "
+                               f"release={RELEASE!r}, or write the decoder for master as kind='state-managed'",
+                               tensor="release", rule="type in release")
+    given = [k for k in _NOT_HERE + ("manager",) if params[k] is not None] + (["states"] if params["states"] else []) \
+        + [k for k, default in (("history", 1), ("max_symbols", 3)) if params[k] != default]
+    if given:
+        raise LabelScorerError(f"kind='full-context' takes one callable (score=) of the whole history: {given} "
+                               "belong to other kinds", tensor=given[0], rule="arguments of the kind")
+    keys = ("score", "vocabulary", "sentence_end", "start_label", "encoder", "features", "encoder_dim", "scores",
+            "batch", "module", "exporter", "utterances", "max_labels", "beam", "atol", "rtol", "seed", "progress")
+    return export_full_context(folder, **{k: params[k] for k in keys})
 
 
 @dataclass

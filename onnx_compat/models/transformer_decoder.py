@@ -99,6 +99,14 @@ class TransformerDecoder(nn.Module):
             new += [k, v]
         return (self.output(self.norm(x)).log_softmax(-1), *new)
 
+    def full_context(self, history: torch.Tensor, lengths: torch.Tensor, *enc) -> torch.Tensor:
+        """The next label's log-probs ``[B, V]`` after each history ``[B, L]`` (right-padded; ``lengths`` its
+        true lengths), recomputed from an empty prefix: RASR's ``full-context-onnx`` step."""
+        empty = [history.new_zeros((history.shape[0], 0, self.dim), dtype=torch.float32)
+                 for _ in range(2 * len(self.layers))]
+        log_probs = self.step(history, lengths, lengths * 0, *empty, *enc)[0]
+        return log_probs.gather(1, (lengths - 1)[:, None, None].expand(-1, 1, log_probs.shape[2]))[:, 0]
+
     def empty_caches(self, batch: int = 1) -> List[torch.Tensor]:
         return [torch.zeros(batch, 0, self.dim) for _ in range(2 * len(self.layers))]
 
