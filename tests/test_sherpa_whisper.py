@@ -17,8 +17,8 @@ import torch
 
 from onnx_compat.contracts import ConsumerMismatch, ContractError
 from onnx_compat.contracts import sherpa_whisper as sw
-from onnx_compat.contracts.sherpa_whisper_consumers import (WhisperEager, WhisperPython, greedy_ids, signals,
-                                                           whisper_features)
+from onnx_compat.contracts.sherpa_whisper_consumers import (WhisperBinary, WhisperEager, WhisperPython, greedy_ids,
+                                                           signals, whisper_features)
 from onnx_compat.errors import ArgumentError
 from onnx_compat.huggingface import UncoveredModelError, tiny
 from onnx_compat.huggingface import whisper as hw
@@ -115,7 +115,7 @@ def test_the_comparison_sees_the_language_and_the_decoders_history(exported, fin
     forgetful = WhisperEager(german.hidden, lambda t, h: german.logits(t[:, -1:], h), german.initial, german.eot,
                              german.n_text_ctx)
     with pytest.raises(ConsumerMismatch):
-        WhisperPython("de").verify(str(out), forgetful, hw.read_vocabulary(fine_tune).symbols(), 128)
+        WhisperPython("de").verify(str(out), forgetful, hw.read_vocabulary(fine_tune), 128)
 
 
 def test_what_the_base64_tokens_prevent(exported, fine_tune, tmp_path):
@@ -129,8 +129,30 @@ def test_what_the_base64_tokens_prevent(exported, fine_tune, tmp_path):
     model = hw.load_whisper(fine_tune)
     with pytest.raises(ConsumerMismatch) as caught:
         WhisperPython("de").verify(str(spelled), hw.reference(model, report.metadata, "de"),
-                                   hw.read_vocabulary(fine_tune).symbols(), 128)
+                                   hw.read_vocabulary(fine_tune), 128)
     assert "exit code" in str(caught.value.got), caught.value
+
+
+def test_a_piece_that_is_not_complete_utf8_is_compared_as_each_consumer_says_it(exported, fine_tune, tmp_path):
+    """A byte-level piece of a non-Latin script alone (here the lone byte 0xC3 in place of the first id decoded):
+    the Python binding's ``result.tokens`` raises on it (measured), so that utterance is compared by
+    ``result.text``; the native binary prints it ``<0xC3>``. Both still agree with PyTorch."""
+    import dataclasses
+    import shutil
+    report, out = exported
+    ids = report.consumer_checks[0]["ids"]
+    first = ids[0][0]
+    vocabulary = hw.read_vocabulary(fine_tune)
+    vocabulary = dataclasses.replace(vocabulary, pieces={**vocabulary.pieces, first: b"\xc3"}, notes=[])
+    assert vocabulary.partial() == [first]
+    folder = tmp_path / "partial"
+    shutil.copytree(out, folder)
+    (folder / "tokens.txt").write_text(sw.tokens_text(vocabulary), encoding="utf-8")
+    eager = hw.reference(hw.load_whisper(fine_tune), report.metadata, "de")
+    python = WhisperPython("de").verify(str(folder), eager, vocabulary, 128, ids)
+    assert python["ok"] and python["by_text"] == [k for k, i in enumerate(ids) if first in i], python
+    native = WhisperBinary("de").verify(str(folder), eager, vocabulary, 128, ids)
+    assert native["ok"] and native["by_text"] == [] and "<0xC3>" in vocabulary.symbols(native=True).values()
 
 
 def test_an_english_only_checkpoint_decodes_in_sherpa_onnx_with_dynamo(english, tmp_path):

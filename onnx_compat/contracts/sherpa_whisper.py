@@ -97,9 +97,21 @@ class WhisperVocabulary:
     notes: List[str] = field(default_factory=list)
     others: frozenset = frozenset()  # the tokenizer's other ids (<|startoflm|>, timestamps, ...)
 
-    def symbols(self) -> Dict[int, str]:
-        """What sherpa-onnx prints for each id of tokens.txt (the bytes as UTF-8; broken bytes replaced)."""
-        return {i: b.decode("utf-8", "replace") for i, b in self.pieces.items()}
+    def symbols(self, native: bool = False) -> Dict[int, str]:
+        """What sherpa-onnx says for each id of tokens.txt: the bytes as UTF-8 (broken bytes replaced); ``native``:
+        as ``sherpa-onnx-offline`` prints it, a one-byte piece above 0x7F as ``<0xC3>`` (``offline-stream.cc``)."""
+        return {i: f"<0x{b[0]:X}>" if native and len(b) == 1 and b[0] > 0x7F else b.decode("utf-8", "replace")
+                for i, b in self.pieces.items()}
+
+    def partial(self) -> List[int]:
+        """Ids whose bytes are not complete UTF-8 alone (the Python binding raises on them)."""
+        out = []
+        for i, b in sorted(self.pieces.items()):
+            try:
+                b.decode("utf-8")
+            except UnicodeDecodeError:
+                out.append(i)
+        return out
 
 
 def tokens_text(vocabulary: WhisperVocabulary) -> str:

@@ -11,7 +11,7 @@ unlike ``generate()`` -- until ``<|endoftext|>``, at most ``int(frames / 100 * 6
 (``offline-whisper-greedy-search-decoder.cc``). The logits come from the checkpoint's own transformers decoder
 (the whole prefix every step, no cache) on the encoder's output, so the exported cache path is judged against an
 independent computation. sherpa-onnx prints the tokens.txt symbols of the ids it decoded, skipping ids the file
-lacks: the reference says the same symbols, and counts what it skipped.
+lacks: the reference says the same symbols (as each consumer prints them), and counts what it skipped.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import frontends
-from .consumers import run_child
+from .consumers import ConsumerMismatch, run_child
 from .sherpa_runs import SCRIPT_HEAD, binary_missing, compare_tokens, python_missing
 from .consumers import program, run_program
 
@@ -43,7 +43,12 @@ for path in wavs:
     s.accept_waveform(*samples(path))
     streams.append(s)
 rec.decode_streams(streams)
-print(json.dumps([list(s.result.tokens) for s in streams]))
+def tokens(s):
+    try:
+        return list(s.result.tokens)
+    except UnicodeDecodeError:  # a piece that is not complete UTF-8 alone
+        return {"text": s.result.text}
+print(json.dumps([tokens(s) for s in streams]))
 """
 _SCRIPT = SCRIPT_HEAD + _SETUP
 
@@ -121,16 +126,9 @@ class _Whisper:
     language: str = ""
     seconds: tuple = (1.9, 1.3, 2.6, 0.9)
 
-    def reference(self, eager: WhisperEager, symbols: dict, n_mels: int):
-        """Per utterance: the symbols sherpa-onnx prints, the ids decoded, the ids it skips (``unnamed``: not in tokens.txt)."""
-        texts, ids, skipped = [], [], []
-        for samples in signals(self.seconds):
-            mel, frames = whisper_features(samples, n_mels)
-            decoded = greedy_ids(eager, mel, frames)
-            ids.append(decoded)
-            texts.append([symbols[i] for i in decoded if i in symbols])
-            skipped.append(sum(i not in symbols for i in decoded))
-        return texts, ids, skipped
+    def reference(self, eager: WhisperEager, n_mels: int) -> List[List[int]]:
+        """Per utterance: the ids PyTorch decodes (the consumers share them)."""
+        return [greedy_ids(eager, *whisper_features(samples, n_mels)) for samples in signals(self.seconds)]
 
     def wavs(self, folder: str) -> List[str]:
         paths = []
@@ -139,44 +137,67 @@ class _Whisper:
             frontends.write_wav(paths[-1], samples)
         return paths
 
-    def run(self, folder, eager, symbols, n_mels, command, expected=None) -> dict:
-        expected, ids, skipped = expected or self.reference(eager, symbols, n_mels)
+    def run(self, folder, eager, vocabulary, n_mels, command, ids=None) -> dict:
+        """``vocabulary``: the ``WhisperVocabulary`` of tokens.txt; ``ids``: the ``reference`` if computed."""
+        ids = ids or self.reference(eager, n_mels)
+        symbols = vocabulary.symbols(native=self.native)
+        expected = [[symbols[i] for i in decoded if i in symbols] for decoded in ids]
         t0 = time.perf_counter()
-        got = command(self.wavs(folder))
+        got, by_text = self.untangle(command(self.wavs(folder)), expected, ids, vocabulary)
         report = compare_tokens(self.name, expected, got, t0, note=lambda k: f" (ids {ids[k]})")
         return {**report, "language": self.language, "ids": ids, "distinct": [len(set(i)) for i in ids],
-                "unnamed": skipped}
+                "unnamed": [sum(i not in symbols for i in decoded) for decoded in ids], "by_text": by_text}
+
+    def untangle(self, got, expected, ids, vocabulary):
+        return got, []
 
 
 @dataclass(frozen=True)
 class WhisperPython(_Whisper):
-    """sherpa-onnx's Python binding, ``OfflineRecognizer.from_whisper``, all the files in one batch."""
+    """sherpa-onnx's Python binding, ``OfflineRecognizer.from_whisper``, all the files in one batch. Its
+    ``result.tokens`` raises ``UnicodeDecodeError`` when a decoded piece is not complete UTF-8 alone (byte-level
+    pieces of non-Latin scripts; measured with 2.0.1): such an utterance is compared by its ``result.text``
+    (the pieces' bytes joined, undecodable bytes dropped) and listed in ``by_text``."""
 
     name: str = "sherpa-onnx Python OfflineRecognizer.from_whisper"
+    native: bool = False
 
     def available(self) -> Optional[str]:
         return python_missing()
 
-    def verify(self, folder, eager, symbols, n_mels, expected=None) -> dict:
-        """``expected``: the ``reference`` already computed (the consumers share one)."""
-        return self.run(folder, eager, symbols, n_mels, lambda wavs: json.loads(
-            run_child(_SCRIPT, [folder, self.language, *wavs], self.name)), expected)
+    def verify(self, folder, eager, vocabulary, n_mels, ids=None) -> dict:
+        return self.run(folder, eager, vocabulary, n_mels, lambda wavs: json.loads(
+            run_child(_SCRIPT, [folder, self.language, *wavs], self.name)), ids)
+
+    def untangle(self, got, expected, ids, vocabulary):
+        out, by_text = [], []
+        for k, item in enumerate(got):
+            if isinstance(item, dict):
+                text = b"".join(vocabulary.pieces[i] for i in ids[k] if i in vocabulary.pieces)
+                if item["text"] != text.decode("utf-8", "ignore"):
+                    raise ConsumerMismatch(self.name, k, repr(text.decode("utf-8", "ignore")), repr(item["text"]),
+                                           f" (text: a piece is not complete UTF-8; ids {ids[k]})")
+                item, by_text = expected[k], by_text + [k]
+            out.append(item)
+        return out, by_text
 
 
 @dataclass(frozen=True)
 class WhisperBinary(_Whisper):
-    """sherpa-onnx's native ``sherpa-onnx-offline --whisper-encoder ...``, the same files."""
+    """sherpa-onnx's native ``sherpa-onnx-offline --whisper-encoder ...``, the same files (a one-byte piece above
+    0x7F is printed ``<0xC3>``, as ``WhisperVocabulary.symbols(native=True)`` says)."""
 
     name: str = "sherpa-onnx-offline --whisper-* (native binary)"
+    native: bool = True
 
     def available(self) -> Optional[str]:
         return binary_missing("sherpa-onnx-offline")
 
-    def verify(self, folder, eager, symbols, n_mels, expected=None) -> dict:
+    def verify(self, folder, eager, vocabulary, n_mels, ids=None) -> dict:
         def command(wavs):
             flags = [f"--whisper-encoder={folder}/encoder.onnx", f"--whisper-decoder={folder}/decoder.onnx",
                      f"--tokens={folder}/tokens.txt", f"--whisper-language={self.language}",
                      "--whisper-task=transcribe", "--num-threads=1"]
             text = run_program([program("sherpa-onnx-offline"), *flags, *wavs], self.name)
             return [json.loads(line)["tokens"] for line in text.splitlines() if line.startswith("{")]
-        return self.run(folder, eager, symbols, n_mels, command, expected)
+        return self.run(folder, eager, vocabulary, n_mels, command, ids)
