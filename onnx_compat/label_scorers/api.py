@@ -31,7 +31,7 @@ from onnx_compat.streaming.states import StateSpec
 from . import checks, config, folders, loader
 from .backends import RasrEmulator, TorchCallables
 from .graphs import FRAMES, Callables, build, with_steps
-from .proof import check_decoded, prove
+from .proof import check_reference, prove, reference
 from .rasr_specs import KINDS, STATEFUL
 from .rehearsal import check_eval_mode, rehearse, utterance_lengths
 
@@ -134,9 +134,12 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Optional[Callable] =
                                uses_encoder_lengths=dict(uses_length))
     torch_scorer = TorchCallables(kind, fns.as_dict(), states, updater_states, scorer_states, batch,
                                   scores == "log-probs", uses_length, history, start_label)
-    prove_by_decoding = _loader_and_decode_proof(
-        report, text, len(vocabulary), torch_scorer, features, utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE),
-        dict(beam=beam, blank=blank, sentence_end=sentence_end, max_symbols=max_symbols), seed)
+    search_args = dict(beam=beam, blank=blank, sentence_end=sentence_end, max_symbols=max_symbols)
+    feats = _utterances(features, utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE), seed)
+    wanted = reference(kind, torch_scorer, feats, **search_args)  # PyTorch's decodes, before minutes of export
+    report.notes = check_reference(wanted)
+    prove_by_decoding = _loader_and_decode_proof(report, text, len(vocabulary), torch_scorer, feats, wanted,
+                                                 search_args)
     parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
                                 exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
                                 checks=[prove_by_decoding], extra_files={CONFIG_FILE: text},
@@ -174,23 +177,27 @@ def _checked(kind, release, scores, vocabulary, blank, sentence_end, history, fe
     return states, updater_states, scorer_states
 
 
-def _loader_and_decode_proof(report: LabelScorerReport, text: str, vocabulary_size: int, torch_scorer, features,
-                             lengths: Sequence[int], search: dict, seed: int) -> Callable:
+def _utterances(features, lengths: Sequence[int], seed: int) -> List[np.ndarray]:
+    """The proof's utterances: random features ``[1, n, F]`` of each length, from ``seed``."""
+    gen = np.random.default_rng(seed)
+    return [gen.standard_normal((1, n, features.dims[2])).astype(np.float32) for n in lengths]
+
+
+def _loader_and_decode_proof(report: LabelScorerReport, text: str, vocabulary_size: int, torch_scorer,
+                             feats: Sequence[np.ndarray], wanted: dict, search: dict) -> Callable:
     """The check ``export_parts`` runs on the verified graphs before writing them: RASR's loader emulated with
     the config fragment as written, then decodes through the graphs as RASR calls them, against PyTorch's
-    decode. It fills the report's ``loader``, ``decodes`` and batched-row figures."""
+    decodes (``wanted``, made before the export). It fills the report's ``loader``, ``decodes`` and
+    batched-row figures."""
     kind = report.kind
 
     def rasr_loads_and_decodes(protos: Dict[str, onnx.ModelProto]) -> None:
         values = config.parse(text)
         report.loader = loader.check(kind, protos, values, vocabulary_size)
         rasr = RasrEmulator(kind, values, graphs=protos)
-        gen = np.random.default_rng(seed)
-        feats = [gen.standard_normal((1, n, features.dims[2])).astype(np.float32) for n in lengths]
         report.decodes = prove(kind, rasr, torch_scorer, feats, search["beam"], search["blank"],
-                               search["sentence_end"], search["max_symbols"])
+                               search["sentence_end"], search["max_symbols"], wanted=wanted)
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
-        report.notes = check_decoded(report.decodes)
 
     return rasr_loads_and_decodes
 

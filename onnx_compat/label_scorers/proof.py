@@ -41,18 +41,35 @@ def decode(scorer, kind: str, frames: int, search: Dict, blank, sentence_end, ma
     return time_sync(scorer, frames, search["beam"], blank, search["vertical"], max_symbols)
 
 
+def reference(kind: str, torch_scorer, utterances: Sequence[np.ndarray], beam: int, blank, sentence_end,
+              max_symbols: int = 3, labels_per_frame: float = 2.0) -> Dict:
+    """PyTorch's decodes, ``{(utterance index, search name): (encoder frames, Hyp)}``: run before any graph is
+    exported (an empty proof is refused then, not after minutes of export), and reused by ``prove``."""
+    out = {}
+    for k, features in enumerate(utterances):
+        frames = torch_scorer.encode(features)
+        for search in searches(kind, beam):
+            out[k, search["name"]] = (frames, decode(torch_scorer, kind, frames, search, blank, sentence_end,
+                                                     max_symbols, labels_per_frame))
+    return out
+
+
 def prove(kind: str, rasr, torch_scorer, utterances: Sequence[np.ndarray], beam: int, blank, sentence_end,
-          max_symbols: int = 3, labels_per_frame: float = 2.0, atol: float = 1e-3) -> List[Dict]:
-    """One entry per utterance and search; a ``DecodeMismatch`` at the first disagreement."""
+          max_symbols: int = 3, labels_per_frame: float = 2.0, atol: float = 1e-3,
+          wanted: Dict = None) -> List[Dict]:
+    """One entry per utterance and search; a ``DecodeMismatch`` at the first disagreement. ``wanted``:
+    PyTorch's decodes from ``reference`` (else decoded here)."""
+    if wanted is None:
+        wanted = reference(kind, torch_scorer, utterances, beam, blank, sentence_end, max_symbols, labels_per_frame)
     decodes = []
-    for features in utterances:
+    for k, features in enumerate(utterances):
         frames = rasr.encode(features)
-        if torch_scorer.encode(features) != frames:
+        if wanted[k, searches(kind, beam)[0]["name"]][0] != frames:
             raise DecodeMismatch(f"the encoder graph gives {frames} frames for {features.shape[1]} feature frames, "
                                  "PyTorch another count", graph="encoder", tensor="outputs", rule="decode as PyTorch")
         for search in searches(kind, beam):
             got = decode(rasr, kind, frames, search, blank, sentence_end, max_symbols, labels_per_frame)
-            want = decode(torch_scorer, kind, frames, search, blank, sentence_end, max_symbols, labels_per_frame)
+            want = wanted[k, search["name"]][1]
             where = f"{search['name']}, {features.shape[1]} feature frames ({frames} encoder frames)"
             if got.labels != want.labels:
                 raise DecodeMismatch(f"{where}: the graphs called as RASR calls them decode {list(got.labels)} "
@@ -65,6 +82,11 @@ def prove(kind: str, rasr, torch_scorer, utterances: Sequence[np.ndarray], beam:
                             "search": search["name"], "labels": list(got.labels), "cost_onnx": round(got.cost, 6),
                             "cost_pytorch": round(want.cost, 6)})
     return decodes
+
+
+def check_reference(wanted: Dict) -> List[str]:
+    """``check_decoded`` on PyTorch's decodes, before any export."""
+    return check_decoded([{"labels": list(hyp.labels)} for _, hyp in wanted.values()])
 
 
 def check_decoded(decodes: Sequence[Dict]) -> List[str]:
