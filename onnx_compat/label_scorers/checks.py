@@ -1,10 +1,14 @@
 """The user's arguments and callables checked in eager PyTorch, before any graph is exported.
 
 Bad input is one ``LabelScorerError`` naming the culprit: an unknown kind or
-release, int64 lengths, a state RASR cannot batch (no batch axis, a dim that
-grows with the label history, a dtype ``Value::concat`` does not take), a
-vocabulary of another size than the scores, scores whose sign contradicts
-``scores=`` (log-probs declared as costs are all <= 0).
+release, int64 lengths, an id the kind's search does not use, a state RASR
+cannot batch (no batch axis, a dtype ``Value::concat`` does not take), a
+state whose returned shape is not the declared one (named by state and
+dim, sizes measured), one that grows with the label history (measured: longer
+after an update), a named dim that is not the encoder frames, a vocabulary
+of another size than the scores, scores that are not normalized log-probs
+or costs as declared (each row's log-sum-exp measured; the advice follows
+from what the rows are: logits, probabilities, costs or log-probs).
 """
 from __future__ import annotations
 
