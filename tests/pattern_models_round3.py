@@ -99,3 +99,46 @@ class AtMostThree(nn.Module):
         if x.shape[0] > 3:
             raise ValueError("at most three utterances per batch")
         return torch.tanh(x) * 2
+
+
+# --- 1, first half: a cache sized by the longest call before the export ---------------------------
+
+class RotaryCache(nn.Module):
+    """Rotary position embedding whose cos/sin tables are a cache grown to the longest sequence seen (the common
+    ``if T > self.seq_len_cached`` form); ``names``: the attributes' names (a cache not named as one: "table")."""
+
+    NAMES = {"cache": ("seq_len_cached", "cos_cached", "sin_cached"), "table": ("longest", "cos_table", "sin_table")}
+
+    def __init__(self, dim=8, names="cache"):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), persistent=False)
+        self.names = self.NAMES[names]
+        for name, value in zip(self.names, (0, None, None)):
+            setattr(self, name, value)
+
+    def forward(self, x):  # [B, T, D]
+        T = x.shape[1]
+        longest, cos_name, sin_name = self.names
+        if T > getattr(self, longest):
+            freqs = torch.outer(torch.arange(T, device=x.device).float(), self.inv_freq)
+            emb = torch.cat((freqs, freqs), -1)
+            setattr(self, longest, T)
+            setattr(self, cos_name, emb.cos())
+            setattr(self, sin_name, emb.sin())
+        cos, sin = getattr(self, cos_name)[:T], getattr(self, sin_name)[:T]
+        x1, x2 = x.chunk(2, -1)
+        return x * cos + torch.cat((-x2, x1), -1) * sin
+
+
+class RotaryEncoder(nn.Module):
+    """A projection and a rotary embedding, called once eagerly at ``warm`` frames before it is exported (the
+    cache then holds ``warm`` rows)."""
+
+    def __init__(self, warm=60, names="cache"):
+        super().__init__()
+        self.proj, self.rotary = nn.Linear(8, 8), RotaryCache(names=names)
+        with torch.no_grad():
+            self(torch.randn(1, warm, 8))
+
+    def forward(self, x):
+        return self.rotary(self.proj(x))

@@ -10,7 +10,7 @@ from onnx_compat.testing import patch_case_tests
 
 from helpers import EXPORTERS, pattern_cases
 from pattern_models_round3 import (AtMostThree, BuiltinReduction, GroupsFromShape, LenAsBatch, PoolKeepsAnAxis,
-                                   SortedPacked)
+                                   RotaryEncoder, SortedPacked)
 
 SIZES = [(1, 23), (3, 50), (2, 9)]
 
@@ -103,3 +103,47 @@ def test_inputs_the_eager_model_refuses_are_named_as_the_models_refusal(tmp_path
     assert "the model, not the graph, refused them" in text and "at most three utterances" in text, text[-800:]
     assert "'batch': 4" in text and not path.exists(), text[-800:]
     assert raised.value.attempts[0].error.startswith(f"{SpecError.__name__}: the eager model itself"), text[-800:]
+
+
+# --- issue #47, 1 (first half): a cache sized by the longest eager call before the export ------------------
+
+# checked beyond the 60 frames the cache held before the export (the example is 37)
+ROTARY_CASES = pattern_cases({
+    "rotary_cache_grown_before_export": (RotaryEncoder, _btd, _X, ("torchscript", "dynamo"),
+                                         {"torchscript": "Attempting to broadcast", "dynamo": "Attempting to broadcast"}),
+}, [(1, 23), (3, 80), (2, 9)])
+test_rotary_export_matches_eager, test_vanilla_rotary_fails_as_recorded = patch_case_tests(ROTARY_CASES)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+def test_a_table_sized_before_the_export_is_named_as_the_bound(tmp_path):
+    """A table grown by an earlier call but not named as a cache is left as it is: dynamo's bound on the frames is
+    said with its cause, the module's tables of 60 rows and the length that sized them."""
+    from onnx_compat import Dim, TensorSpec
+    from onnx_compat.errors import DimSpecialized
+    b, t = Dim("batch"), Dim("frames")
+    with pytest.raises(Exception) as raised:
+        onnx_compat.export(RotaryEncoder(names="table"), str(tmp_path / "m.onnx"),
+                           inputs=[TensorSpec("x", [b, t, 8])], outputs=[TensorSpec("y", [b, t, 8])], exporter="dynamo",
+                           sizes={"batch": 2, "frames": 37})
+    text = str(raised.value)
+    assert "holds only up to 60: the model holds model.rotary.cos_table [60, 8], model.rotary.sin_table [60, 8], " \
+           "model.rotary.longest = 60" in text, text[-800:]
+    assert raised.value.attempts[0].error.startswith(DimSpecialized.__name__), text[-800:]
+
+
+def test_the_emptied_cache_is_the_models_own_again_after_the_export():
+    """The cache is emptied only while the export traces: afterwards the model holds its 60 rows and its length as
+    before, and computes what it computed."""
+    case = ROTARY_CASES[0]
+    model = case.model()
+    x = torch.randn(2, 50, 8)
+    with torch.no_grad():
+        before = model(x)
+    tables = (model.rotary.cos_cached, model.rotary.sin_cached)
+    with onnx_compat.patched():
+        case.export(model, "torchscript")
+    assert model.rotary.seq_len_cached == 60 and (model.rotary.cos_cached, model.rotary.sin_cached) == tables
+    with torch.no_grad():
+        assert torch.equal(model(x), before)
+    case.assert_eager_untouched()

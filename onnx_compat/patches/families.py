@@ -27,6 +27,7 @@ from onnx_compat.patches import constants  # noqa: F401
 from onnx_compat.patches import shape_libraries  # noqa: F401
 from onnx_compat.patches import lengths  # noqa: F401
 from onnx_compat.patches import int_calls  # noqa: F401
+from onnx_compat.patches import length_caches  # noqa: F401
 from onnx_compat.patches import int_types  # noqa: F401
 from onnx_compat.patches import linalg  # noqa: F401
 from onnx_compat.patches import draws  # noqa: F401

@@ -40,6 +40,7 @@ import torch
 
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
+from .length_caches import emptied
 
 NAME = "__onnx_compat_int__"
 # the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
@@ -201,7 +202,8 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     undo, before = _redirect(_functions_of(root)), _kept
     try:
-        return wrapped(*args, **kwargs)
+        with emptied(root):  # the length_caches patch: caches grown before the export are grown in the trace
+            return wrapped(*args, **kwargs)
     finally:
         _restore(undo)
         from .lengths import forget_batch

@@ -25,6 +25,7 @@ import torch
 from onnx_compat import versions
 from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
+from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site
@@ -192,6 +193,8 @@ class Dynamo:
         narrowed = [] if exported is None or request.let_dims_specialize else \
             dims.narrowed_dims(exported, names, dims.axes_of(request.inputs), request.args)
         if narrowed:
+            for dim in narrowed:  # a table the model holds with that many rows is the likely cause (issue #47, 1)
+                dim.cause = cache_limits(request.model, dim.high) or None
             raise DimSpecialized(narrowed)
         if request.weights is None:
             proto = program.model_proto
