@@ -100,6 +100,22 @@ def test_transformer_lm_graph_metadata_config_and_decodes(transformer_lm):
     assert json.load(open(report.files["report"]))["mixed_batch"] == report.mixed_batch
 
 
+def test_cache_returned_as_prefix_and_suffix(tmp_path):
+    """A step returning each cache whole (prefix and suffix): RASR keeps the last position, so it decodes as
+    the suffix-only graph does; the output's time dim is then not the suffix's."""
+    model = transformer_decoder.tiny_lm()
+
+    def whole(tokens, token_lengths, prefix_lengths, *caches):
+        out = model.step(tokens, token_lengths, prefix_lengths, *caches)
+        return (out[0], *[torch.cat([c, n], 1) for c, n in zip(caches, out[1:])])
+
+    report = export_label_scorer(str(tmp_path / "whole"), exporter="torchscript", **_lm_job(model, score=whole,
+                                                                                          module=model))
+    dims, _ = _io(report.files["scorer"])
+    assert dims["l0_k_out"][::2] == ["hyps", 32] and dims["l0_k_out"][1] not in ("suffix", "prefix", 1)
+    assert _greedy(report) == model.greedy_decode(20) and report.mixed_batch["prefix_lengths"][0] == 0
+
+
 def test_unmasked_left_padding_is_refused(tmp_path):
     """A Transformer right whenever every hypothesis has the same prefix length (as in a label-synchronous
     decode) but reading RASR's left padding: only the batch of mixed prefix lengths shows it."""
