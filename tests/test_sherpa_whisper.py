@@ -10,6 +10,7 @@ the checkpoint's own transformers decoder. Each bad input is one error with noth
 from __future__ import annotations
 
 import base64
+import json
 import os
 
 import pytest
@@ -92,7 +93,7 @@ def test_the_graphs_compute_what_the_checkpoint_computes(fine_tune):
 def test_a_multilingual_fine_tune_decodes_in_sherpa_onnx_like_pytorch(exported):
     report, out = exported
     meta = report.metadata
-    assert report.language == "de"
+    assert report.language == "de" and json.loads(report.to_json())["metadata"] == meta  # the CLI's --json
     assert {k: meta[k] for k in ("n_mels", "n_text_layer", "n_text_ctx", "n_text_state", "is_multilingual")} == \
         {"n_mels": "128", "n_text_layer": "1", "n_text_ctx": "448", "n_text_state": "32", "is_multilingual": "1"}
     assert meta["all_language_codes"] == "en,de,fa,fr" and meta["all_language_tokens"] == "62,63,64,65"

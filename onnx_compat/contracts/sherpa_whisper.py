@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional
 
 from .base import Contract, ContractError, Finding, MetaKey, Port, axes, non_negative_int, positive_int
 

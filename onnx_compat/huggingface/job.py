@@ -174,7 +174,8 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
     ...); ``metadata`` is merged with the job's. The runtime files are copied
     before the export under temporary names and renamed once it has passed:
     a failed export leaves neither the model nor the files. A folder that holds another model's runtime
-    files is refused first (``FolderError``): one folder, one model's files.
+    files is refused first (``FolderError``): one folder, one model's files. ``contract="sherpa-onnx/whisper"``:
+    ``path`` is a folder that gets sherpa-onnx's two Whisper graphs and tokens.txt (``whisper.export_whisper``).
     """
     if export_kwargs.get("contract") == "sherpa-onnx/whisper":  # two graphs and tokens.txt: its own writer
         from .whisper import export_pretrained_whisper

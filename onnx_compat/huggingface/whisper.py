@@ -52,9 +52,13 @@ class WhisperReport:
         return {"contract": sw.NAME, "metadata": self.metadata, "language": self.language, "files": self.files,
                 "consumer_checks": self.consumer_checks, "notes": self.notes, "parts": self.parts.to_dict()}
 
-    def to_json(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
+    def to_json(self, path: Optional[str] = None) -> str:
+        """The report as JSON text (``Report.to_json``'s form), also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        return text
 
     def summary(self) -> str:
         ran = [f"{c['consumer']}: {'same tokens' if c.get('ok') else c.get('skipped')}" for c in self.consumer_checks]

@@ -13,7 +13,6 @@ points along its embedding), so some decodes stop early.
 """
 from __future__ import annotations
 
-import json
 import os
 import string
 from typing import Sequence
@@ -78,8 +77,3 @@ def _shape_logits(model, quiet: Sequence[int], eot: int, eot_bias: float) -> Non
         direction = torch.nn.functional.normalize(torch.randn(weight.shape[1]), dim=0)
         norm.bias.copy_(direction)  # every position's output leans on this direction ...
         weight[eot] = 0.05 * weight[eot] + eot_bias * direction  # ... so eot's logit is about eot_bias
-
-
-def read_json(folder: str, name: str) -> dict:
-    with open(os.path.join(folder, name), encoding="utf-8") as fh:
-        return json.load(fh)
