@@ -25,14 +25,6 @@ logging.getLogger("onnxruntime").setLevel(logging.ERROR)  # the quantizers' advi
 logging.getLogger().setLevel(logging.ERROR)
 
 MODELS = {"conformer": conformer.tiny, "blstm": lambda: blstm.build(hidden=32)}
-
-
-@pytest.fixture(autouse=True)
-def one_draw_per_shape(monkeypatch):
-    """One input per checked shape, as before task measures drew more: the frames a threshold is measured
-    over are tests/test_quantize_findings.py's subject; here they would multiply this file's eager runs."""
-    from onnx_compat.quantization import verify_approx
-    monkeypatch.setattr(verify_approx, "FRAMES", 0)
 RECIPES = ["int8-dynamic", "int8-dynamic-conv", "int8-dynamic-per-channel", "int8-static", "fp16"]
 
 

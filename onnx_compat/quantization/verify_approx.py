@@ -18,8 +18,9 @@ Each check keeps every shape's value and frame count (``per_shape``).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -85,14 +86,26 @@ def cases_for(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Seq
     ``counted``: the outputs a task measure reads; each shape is drawn again until it holds ``FRAMES``
     valid frames of each (at most ``MAX_DRAWS`` draws), the number of draws set by the first one."""
     sizes = verification_sizes(inputs, dim_sizes(inputs), count=SHAPES)
-    cases = reference_cases(model, inputs, outputs, sizes=sizes, seed=seed)
-    if not counted:
-        return cases
-    more = []
-    for case in cases:
-        each = frames_in(case, outputs, counted)
-        more += [dict(case.sizes)] * (min(MAX_DRAWS, -(-FRAMES // max(each, 1))) - 1)
-    return cases + (reference_cases(model, inputs, outputs, sizes=more, seed=seed + MORE_SEED) if more else [])
+    with one_thread():
+        cases = reference_cases(model, inputs, outputs, sizes=sizes, seed=seed)
+        more = []
+        for case in cases if counted else ():
+            each = frames_in(case, outputs, counted)
+            more += [dict(case.sizes)] * (min(MAX_DRAWS, -(-FRAMES // max(each, 1))) - 1)
+        return cases + (reference_cases(model, inputs, outputs, sizes=more, seed=seed + MORE_SEED) if more else [])
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """PyTorch on one thread for the duration (put back after): the reference runs are many small calls, each
+    paying the thread pool's wake-up; on the loaded 2-core machine 52 runs of the tiny Conformer took 7 to 11 s
+    on two threads and 0.3 to 0.4 s on one (``label_scorers.managed_search.eager_call`` measured the same)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def frames_in(case: Case, outputs: Sequence[TensorSpec], names: Sequence[str]) -> int:
