@@ -1,6 +1,7 @@
 """Quantization as a deployment step: ``export(..., quantize="int8-dynamic", quantize_options={...})``;
-``quantize="auto"`` keeps the fastest recipe for the target runtime that meets every threshold and beats
-float (``quantize_options={"target": ...}``, else the export's ``target=``, else CPU ONNX Runtime).
+``quantize="auto"`` keeps the fastest recipe for the target runtime, among those that act on the model,
+that meets every threshold, beats float by more than the timing margin and makes a smaller file
+(``quantize_options={"target": ...}``, else the export's ``target=``, else CPU ONNX Runtime).
 
 The recipe, its measures and calibration examples are checked before
 capture; once the float model is proven, this step writes the model: the
