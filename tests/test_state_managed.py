@@ -364,3 +364,33 @@ def test_combination_aed_ctc_prefix_and_lm(tmp_path):
     with pytest.raises(LabelScorerError) as err:
         combine_label_scorers(str(tmp_path / "two"), [(jobs[0], 1.0), (jobs[0], 1.0)])
     assert err.value.rule == "one AED" and not (tmp_path / "two").exists()
+
+
+def test_folder_train_mode_and_arguments_refused_before_any_work(tmp_path):
+    """A module in train mode, a foreign graph in the folder, a manager for another kind, an argument of
+    another kind: each refused by name with nothing written; an earlier export's file not written again is
+    removed once the new export is written."""
+    model = transformer_decoder.tiny_lm()
+    with pytest.raises(LabelScorerError) as err:
+        export_label_scorer(str(tmp_path / "train"), **_lm_job(transformer_decoder.tiny_lm().train()))
+    assert err.value.rule == "module in eval mode" and not (tmp_path / "train").exists()
+    for bad, rule in (({"kind": "stateful"}, "manager for state-managed"),
+                      ({"initial": model.step}, "arguments of the kind"),
+                      ({"manager": "kv"}, "known state manager"),
+                      ({"start_label": 10}, "start_labels ids")):
+        with pytest.raises(LabelScorerError) as err:
+            export_label_scorer(str(tmp_path / "bad"), **_lm_job(model, **bad))
+        assert err.value.rule == rule, (bad, err.value.rule)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "state-updater.onnx").write_bytes(b"mine")
+    with pytest.raises(LabelScorerError) as err:
+        export_label_scorer(str(foreign), exporter="torchscript", **_lm_job(model))
+    assert err.value.rule == "folder holds no stale graphs" and sorted(os.listdir(foreign)) == ["state-updater.onnx"]
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "encoder.onnx").write_bytes(b"an earlier AED's encoder")
+    (again / "report.json").write_text(json.dumps({"files": {"encoder": str(again / "encoder.onnx")}}))
+    report = export_label_scorer(str(again), exporter="torchscript", **_lm_job(model))
+    assert report.removed == [str(again / "encoder.onnx")] and not (again / "encoder.onnx").exists()
+    assert sorted(os.listdir(again)) == ["label-scorer.config", "report.json", "scorer.onnx"]

@@ -21,12 +21,11 @@ import numpy as np
 import onnx
 import torch
 
-from onnx_compat.pipeline.files import write_text_atomically
 from onnx_compat.runtimes.compare import closeness
 from onnx_compat.spec import Dim, TensorSpec
 
 from . import config
-from .api import CONFIG_FILE, FRAMES_EXAMPLE, REPORT_FILE, _owner
+from .api import CONFIG_FILE, FRAMES_EXAMPLE, _owner
 from .checks import _check_features, check_scores
 from .errors import DecodeMismatch, LabelScorerError
 from .graphs import ENCODER_STATES, Callables
@@ -35,7 +34,9 @@ from .managed_search import eager_call, session_call
 from .rasr_specs import ENCODER, F32, I32, Entry
 from .rehearsal import utterance_lengths
 from .search import label_sync
-from .state_managed import StateManagedReport, _encoder_graph, _encode, _export_graphs
+from .proof import check_decoded
+from .rehearsal import check_eval_mode
+from .state_managed import StateManagedReport, _encode, _encoder_graph, _export_graphs, earlier_files, finish
 
 RASR_TYPE, RELEASE = "full-context-onnx", "full-context-pr"
 RELEASE_TEXT = "RASR with the open full-context PR #241 (cb96aaf9)"
@@ -77,6 +78,9 @@ def export_full_context(folder: str, *, score: Callable, vocabulary: Sequence[st
     tell = progress or (lambda stage: None)
     _checked(vocabulary, sentence_end, start_label, encoder, features, encoder_dim, scores)
     owner = module or _owner(*(f for f in (score, encoder) if f is not None))
+    check_eval_mode(owner)
+    folder = config.check_value(os.path.abspath(folder), "folder")
+    earlier = earlier_files(folder, {"scorer.onnx"} | ({"encoder.onnx"} if encoder is not None else set()))
     tell("rehearsing the callable in PyTorch")
     uses_length = _rehearse(score, vocabulary, scores, encoder, encoder_dim, start_label)
     wrapper = HistoryGraph(score, owner, encoder is not None, uses_length, -1.0 if scores == "log-probs" else 1.0)
@@ -93,7 +97,6 @@ def export_full_context(folder: str, *, score: Callable, vocabulary: Sequence[st
     graphs = [("scorer", wrapper, inputs, outputs, {})]
     if encoder is not None:
         graphs.insert(0, _encoder_graph(encoder, owner, features, encoder_dim, maps))
-    folder = os.path.abspath(folder)
     text = fragment(folder, maps, start_label, encoder is not None)
     report = StateManagedReport(folder, "full-context", RASR_TYPE, RELEASE, config=text, layout="history",
                                 uses_encoder_lengths={"scorer": uses_length} if encoder is not None else {})
@@ -107,11 +110,7 @@ def export_full_context(folder: str, *, score: Callable, vocabulary: Sequence[st
     proof = _proof(report, text, wrapper, names, encoder, feats, len(vocabulary), sentence_end, beam, max_labels)
     tell(f"exporting {', '.join(g[0] for g in graphs)}; then the loader and the decode proof")
     parts = _export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
-    summary = parts.to_dict()
-    report.graphs, report.files = summary["graphs"], dict(parts.files)
-    report.files["report"] = os.path.join(folder, REPORT_FILE)
-    report.timings["total"] = time.perf_counter() - t0
-    write_text_atomically(report.files["report"], report.to_json() + "\n")
+    finish(report, parts, earlier, t0)
     return report
 
 
@@ -262,6 +261,7 @@ def _proof(report, text, wrapper, input_names, encoder, feats, vocab, sentence_e
         mine = HistoryScorer(eager_call(wrapper, input_names, ["scores"]), maps["scorer"], start, vocab)
         encoders = (open_session(protos["encoder"]), maps["encoder"], encoder) if encoder is not None else None
         report.decodes = _decodes(rasr, mine, encoders, feats, beam, sentence_end, max_labels)
+        report.notes += check_decoded(report.decodes)
         report.mixed_batch = _mixed(rasr, mine, vocab, start)
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
     return loads_and_decodes

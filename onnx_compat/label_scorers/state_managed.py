@@ -33,13 +33,15 @@ from onnx_compat.pipeline.adapter import flatten
 from onnx_compat.pipeline.files import write_text_atomically
 from onnx_compat.spec import Dim, TensorSpec
 
-from . import config, managers
+from . import config, folders, managers
 from .api import CONFIG_FILE, FRAMES_EXAMPLE, REPORT_FILE, LabelScorerReport, _owner
 from .checks import _check_features, check_scores
 from .errors import DecodeMismatch, LabelScorerError
 from .graphs import ENCODER_STATES, Callables
 from .managed_search import Ctx, GraphRun, ManagedScorer, eager_call, session_call
-from .rehearsal import utterance_lengths
+from .proof import check_decoded
+from .rasr_specs import KINDS, graphs_of
+from .rehearsal import check_eval_mode, utterance_lengths
 from .search import label_sync
 
 SIZES = {"suffix": 3, "prefix": 5, "history": 2, "frames": FRAMES_EXAMPLE}
@@ -142,6 +144,9 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     layout = _checked(manager, states, batch, vocabulary, sentence_end, start_labels, encoder, features,
                       encoder_dim, scores, beam)
     owner = module or _owner(*(f for f in (score, encoder) if f is not None))
+    check_eval_mode(owner)
+    folder = config.check_value(os.path.abspath(folder), "folder")
+    earlier = earlier_files(folder, {"scorer.onnx"} | ({"encoder.onnx"} if encoder is not None else set()))
     sign = -1.0 if scores == "log-probs" else 1.0
     tell("rehearsing the step in PyTorch")
     uses_length = _rehearse(layout, score, states, batch, vocabulary, scores, encoder, features, encoder_dim, seed)
@@ -152,7 +157,6 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     graphs = [("scorer", wrapper, inputs, outputs, metadata)]
     if encoder is not None:
         graphs.insert(0, _encoder_graph(encoder, owner, features, encoder_dim, maps))
-    folder = os.path.abspath(folder)
     text = fragment(folder, maps, layout, start_labels, encoder is not None)
     report = StateManagedReport(folder, "state-managed", managers.RASR_TYPE, "master", config=text,
                                 uses_encoder_lengths={"scorer": uses_length} if encoder is not None else {},
@@ -168,12 +172,35 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
                    sentence_end, beam, max_labels)
     tell(f"exporting {', '.join(g[0] for g in graphs)}; then RASR's loader and the decode proof")
     parts = _export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
+    finish(report, parts, earlier, t0)
+    return report
+
+
+def finish(report, parts: PartsReport, earlier: Sequence[str], t0: float) -> None:
+    """The graphs' summary into the report, an earlier export's files not written again removed, the report
+    written last: a ``report.json`` in the folder means every step passed."""
     summary = parts.to_dict()
     report.graphs, report.files = summary["graphs"], dict(parts.files)
-    report.files["report"] = os.path.join(folder, REPORT_FILE)
+    report.removed = folders.remove_stale(report.folder, earlier, list(parts.files.values()))
+    report.files["report"] = os.path.join(report.folder, REPORT_FILE)
     report.timings["total"] = time.perf_counter() - t0
     write_text_atomically(report.files["report"], report.to_json() + "\n")
-    return report
+
+
+def earlier_files(folder: str, writes: set) -> List[str]:
+    """``folders.earlier_files`` for these kinds' files: what an earlier export's report names (removed once
+    this one is written, if not written again); a label scorer's graph that no report names is refused."""
+    if not os.path.isdir(folder):
+        return []
+    own = folders._report_files(folder)
+    known = {f"{g}.onnx" for k in KINDS for g in graphs_of(k)}
+    foreign = sorted(n for n in os.listdir(folder) if n in known - writes and os.path.join(folder, n) not in own)
+    if foreign:
+        raise LabelScorerError(f"the folder {folder!r} holds {foreign}, which this export does not write and no "
+                               "report.json of an earlier export there names: beside the new label-scorer.config "
+                               "they would be read as part of it, and they may be yours; move them or choose "
+                               "another folder", tensor=foreign[0], rule="folder holds no stale graphs")
+    return own
 
 
 def _checked(manager, states, batch, vocabulary, sentence_end, start_labels, encoder, features, encoder_dim,
@@ -496,6 +523,7 @@ def _proof(report: StateManagedReport, text: str, wrapper: StepGraph, input_name
         if encoder is not None:
             encoders = (open_session(protos["encoder"]), maps["encoder"], encoder)
         report.decodes = _decodes(rasr, torch_side, runs, encoders, feats, beam, sentence_end, max_labels)
+        report.notes += check_decoded(report.decodes)
         report.mixed_batch = mixed_batch(rasr, torch_side, vocab)
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
 
