@@ -245,3 +245,15 @@ def test_a_tokenizer_leaving_ids_unnamed_below_the_timestamps_is_refused():
     assert [(f.what, f.got) for f in found] == [("vocabulary", "ids [1] have no token")]
     whole = sw.WhisperVocabulary({0: b"a", 1: b"c", 2: b"b"}, specials, {}, False)
     assert sw.vocabulary_findings(whole, 12) == []
+
+
+def test_a_multilingual_model_without_its_language_lists_is_a_finding():
+    """sherpa-onnx ends the process when is_multilingual is 1 and a language list is missing."""
+    vocabulary = sw.WhisperVocabulary({0: b"a"}, {"sot": 2, "eot": 1, "translate": 4, "transcribe": 5,
+                                                  "no_timestamps": 6, "no_speech": 7, "blank_id": 0}, {"en": 3}, True)
+    meta = sw.encoder_metadata(vocabulary, {"n_mels": 80, "n_text_layer": 1, "n_text_ctx": 448, "n_text_state": 8,
+                                            "n_vocab": 10}, "en", "x")
+    assert sw.metadata_findings(meta, vocabulary, {}) == []
+    del meta["all_language_codes"]
+    assert [(f.what, f.got) for f in sw.metadata_findings(meta, vocabulary, {})] == \
+        [("metadata 'all_language_codes'", "missing")]

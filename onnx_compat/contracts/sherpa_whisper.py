@@ -177,7 +177,10 @@ def metadata_findings(meta: Mapping[str, str], vocabulary: WhisperVocabulary, di
         return found
     sot, multi = comma_ints(meta["sot_sequence"]), meta["is_multilingual"] == "1"
     if multi:
-        tokens, codes = comma_ints(meta.get("all_language_tokens", "")), comma_codes(meta.get("all_language_codes", ""))
+        absent = [k for k in ("all_language_tokens", "all_language_codes") if k not in meta]
+        if absent:  # sherpa-onnx ends the process without them when is_multilingual is 1
+            return [Finding(f"metadata {k!r}", "a value (is_multilingual is 1)", "missing") for k in absent]
+        tokens, codes = comma_ints(meta["all_language_tokens"]), comma_codes(meta["all_language_codes"])
         if len(tokens) != len(codes):
             found.append(Finding("metadata 'all_language_tokens'/'all_language_codes'", "one code per token",
                                  f"{len(tokens)} tokens, {len(codes)} codes"))
