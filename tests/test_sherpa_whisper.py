@@ -202,6 +202,12 @@ def test_metadata_sherpa_onnx_would_misread_is_refused(tmp_path, metadata, what)
     assert error.what.startswith(what), error
 
 
+def test_a_tokenizer_without_a_special_token_sherpa_onnx_reads_is_refused(tmp_path):
+    folder = whisper_checkpoint(tmp_path / "no-notimestamps", drop=("<|notimestamps|>",))
+    error = _refused(folder, tmp_path / "m", ContractError)
+    assert (error.what, error.got) == ("tokenizer token <|notimestamps|>", "missing")
+
+
 def test_an_encoder_with_fewer_positions_than_sherpa_onnx_feeds_is_refused(tmp_path):
     folder = whisper_checkpoint(tmp_path / "short-audio", audio_ctx=750)
     error = _refused(folder, tmp_path / "m", ContractError)

@@ -31,16 +31,18 @@ def special_tokens(languages: Sequence[str], timestamps: int) -> list:
 
 def whisper_checkpoint(folder, *, multilingual: bool = True, languages: Sequence[str] = LANGUAGES,
                        n_mels: int = 80, layers: tuple = (2, 2), d_model: int = 32, extra_ids: int = 4,
-                       timestamps: int = 4, eot_bias: float = 1.7, audio_ctx: int = 1500, seed: int = 0) -> str:
+                       timestamps: int = 4, eot_bias: float = 1.7, audio_ctx: int = 1500, drop: Sequence[str] = (),
+                       seed: int = 0) -> str:
     """Save the checkpoint in ``folder``; the folder. ``layers``: (encoder, decoder) layer counts;
     ``extra_ids``: logit ids past the tokenizer's last (unnamed timestamps; negative: the tokenizer names ids the
-    logits lack); ``audio_ctx``: the encoder's positions (``max_source_positions``)."""
+    logits lack); ``audio_ctx``: the encoder's positions (``max_source_positions``); ``drop``: special tokens
+    the tokenizer leaves out."""
     import torch
     import transformers
     from tokenizers import AddedToken
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
-    specials = special_tokens(languages, timestamps)
+    specials = [t for t in special_tokens(languages, timestamps) if t not in drop]
     vocab = {p: i for i, p in enumerate(PIECES)}
     tokenizer = transformers.WhisperTokenizer(vocab=dict(vocab), merges=[])
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in specials], special_tokens=True)
@@ -60,7 +62,7 @@ def whisper_checkpoint(folder, *, multilingual: bool = True, languages: Sequence
     gen.is_multilingual = multilingual
     gen.lang_to_id = {f"<|{c}|>": ids[f"<|{c}|>"] for c in languages} if multilingual else None
     gen.task_to_id = {"translate": ids["<|translate|>"], "transcribe": ids["<|transcribe|>"]}
-    gen.no_timestamps_token_id = ids["<|notimestamps|>"]
+    gen.no_timestamps_token_id = ids.get("<|notimestamps|>")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformers.WhisperFeatureExtractor(feature_size=n_mels).save_pretrained(folder)
