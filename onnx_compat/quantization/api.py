@@ -265,6 +265,7 @@ def _make_auto(float_path: str, work: str, job: dict, cases, references, limit: 
     threshold timed together against float; ``auto.pick``'s choice kept, every recipe a row of ``tried``."""
     plan, made, reports = job["recipe"], {}, {}
     names, dropped = auto.candidates(plan, onnx.load(float_path, load_external_data=False).graph)
+    graphs: Dict[str, str] = {}  # the graph each candidate made -> that candidate
     for name in names:
         t = time.perf_counter()
         try:
@@ -272,6 +273,11 @@ def _make_auto(float_path: str, work: str, job: dict, cases, references, limit: 
                                                   limit, {})
         except QuantizationError as exc:  # missed a threshold or changed nothing: a row of the report, not the end
             dropped[name] = exc
+        else:  # the same graph as an earlier candidate's (ops a quantizer lists but left alone): not timed again
+            same = graphs.setdefault(_graph_digest(made[name]), name)
+            if same != name:
+                del made[name], reports[name]
+                dropped[name] = f"not a candidate: made the graph {same} made (it left the rest of its ops alone)"
         timings[f"make_and_verify {name}"] = time.perf_counter() - t
     t = time.perf_counter()
     if made:
@@ -289,6 +295,11 @@ def _make_auto(float_path: str, work: str, job: dict, cases, references, limit: 
     report.chosen_by = auto.chosen_by(plan.target, best, tried)
     _share_and_warnings(report, made[best["recipe"]], stacklevel=5)
     return made[best["recipe"]], report
+
+
+def _graph_digest(path: str) -> str:
+    """The graph of the model at ``path`` (nodes and weights, not the metadata naming its recipe), hashed."""
+    return hashlib.sha256(onnx.load(path).graph.SerializeToString()).hexdigest()
 
 
 def _make_one(float_path: str, work: str, recipe, job: dict, cases, references, limit: int,

@@ -17,7 +17,8 @@ else the dynamic quantizer handles), timed 0.93x, 0.75x and 0.74x the float
 model's time in one loop; the last (int8-dynamic-all; int8-dynamic-conv in
 another run) was written at 1.73 of the float file's size. A recipe whose nodes
 are all another's (same maker, same options, the same nodes of this graph) is
-not a candidate, nor one that quantizes no node; a lead smaller than
+not a candidate, nor one that quantizes no node, nor one whose model made has
+an earlier candidate's graph (``api._make_auto``); a lead smaller than
 ``MARGIN`` of the float time (or the float runs' own spread, when larger) is no
 lead: among candidates that close, the smaller file, then the earlier recipe,
 is kept; a file no smaller than the float one is never kept (int8 scales and
