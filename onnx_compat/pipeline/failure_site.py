@@ -52,13 +52,15 @@ def dynamo_node(exc: BaseException, model, args, dynamic_shapes) -> Optional[Dic
     found = _FAILED_NODE.search(cause_text(exc))
     if not found:
         return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
-            program = program.run_decompositions()
-    except Exception:  # diagnosis never hides the exporter's own error
-        return None
+    program = translated_program(exc)
+    if program is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
+                program = program.run_decompositions()
+        except Exception:  # diagnosis never hides the exporter's own error
+            return None
     nodes = {node.name: node for node in program.graph.nodes}
     name = found.group(1)
     node = nodes.get(name) or next((n for key, n in nodes.items() if key.split("_default")[0] == name.rstrip("_0123456789")
@@ -66,3 +68,21 @@ def dynamo_node(exc: BaseException, model, args, dynamic_shapes) -> Optional[Dic
     if node is None:
         return None
     return {"nn_module_stack": node.meta.get("nn_module_stack"), "stack_trace": node.meta.get("stack_trace")}
+
+
+def translated_program(exc: BaseException):
+    """The decomposed program torch.onnx was translating when it failed, still held by its own frame on
+    the error's traceback: the node the error names is one of its nodes. Exporting again to find it cost as
+    much as the failed export itself (the ISTFT vocoder: 25 s of CPU of its 48, torch.export and the
+    decomposition of istft run twice); None when the failure came before that program existed."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            program = tb.tb_frame.f_locals.get("decomposed_program")
+            if isinstance(program, torch.export.ExportedProgram):
+                return program
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return None
