@@ -381,6 +381,11 @@ def test_folder_train_mode_and_arguments_refused_before_any_work(tmp_path):
         with pytest.raises(LabelScorerError) as err:
             export_label_scorer(str(tmp_path / "bad"), **_lm_job(model, **bad))
         assert err.value.rule == rule, (bad, err.value.rule)
+    ignores = _lm_job(model, score=lambda t, tl, pl, *c: model.step(t, torch.full_like(tl, t.shape[1]), pl, *c),
+                      module=model)
+    with pytest.raises(LabelScorerError) as err:  # a step that never masks the suffix: its lengths unused
+        export_label_scorer(str(tmp_path / "bad"), **ignores)
+    assert err.value.rule == "every input is used" and err.value.tensor == "token:size1"
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "state-updater.onnx").write_bytes(b"mine")
@@ -394,3 +399,17 @@ def test_folder_train_mode_and_arguments_refused_before_any_work(tmp_path):
     report = export_label_scorer(str(again), exporter="torchscript", **_lm_job(model))
     assert report.removed == [str(again / "encoder.onnx")] and not (again / "encoder.onnx").exists()
     assert sorted(os.listdir(again)) == ["label-scorer.config", "report.json", "scorer.onnx"]
+
+
+def test_combination_refuses_a_transducer_and_bad_scales(tmp_path):
+    """Refused before any export: a transducer in combine (no blank transition both presets enable), a
+    scale that is not a positive number."""
+    from onnx_compat.label_scorers.combine import combine_label_scorers
+    aed_job, lm_job = transformer_decoder.label_scorer_job("aed"), transformer_decoder.label_scorer_job("lm")
+    for scorers, rule in (([(aed_job, 1.0), ({"kind": "transducer"}, 0.5)], "kinds combined"),
+                          ([(aed_job, 1.0), (lm_job, -0.3)], "scale"),
+                          ([(lm_job, 1.0)], "one AED")):
+        with pytest.raises(LabelScorerError) as err:
+            combine_label_scorers(str(tmp_path / "refused"), scorers)
+        assert err.value.rule == rule and not (tmp_path / "refused").exists()
+        assert rule != "kinds combined" or "blank would be scored by no one" in str(err.value)

@@ -226,8 +226,11 @@ def _checked(scorers) -> List[Tuple[dict, float]]:
         job, scale = dict(entry[0]), entry[1]
         if job.get("kind") not in ("stateful", "state-managed", "ctc"):
             raise LabelScorerError(f"kind={job.get('kind')!r}: a label-synchronous combination takes 'stateful' or "
-                                   "'state-managed' (an AED or an LM) and 'ctc' (as ctc-prefix)", tensor="kind",
-                                   rule="kinds combined")
+                                   "'state-managed' (an AED or an LM) and 'ctc' (as ctc-prefix). A transducer is "
+                                   "not put into combine: it enables the transitions every scorer enables, and the "
+                                   "transducer's preset and the lm preset share no blank transition, so blank would "
+                                   "be scored by no one (RASR's num-label-scorers with label-scorer-<i> scores each "
+                                   "scorer's own transitions)", tensor="kind", rule="kinds combined")
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
             raise LabelScorerError(f"scale {scale!r}: a positive number", tensor="scale", rule="scale")
         jobs.append((job, float(scale)))

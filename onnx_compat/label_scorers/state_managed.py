@@ -153,6 +153,8 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     wrapper = StepGraph(score, owner, layout.flavour, len(states), encoder is not None, uses_length, sign)
     inputs, outputs, maps = _specs(layout, states, batch, len(vocabulary), encoder_dim, uses_length,
                                    _suffix_out(layout, score, states, batch, encoder, encoder_dim))
+    check_inputs_used(wrapper, inputs, seed, zeroed={"token_length", maps["scorer"].get("prefix-length")}
+                      if layout.flavour != "cache" else set())
     metadata = {managers.STATE_PREFIX + f"{s.name}_in": f"{s.name}_out" for s in states}
     graphs = [("scorer", wrapper, inputs, outputs, metadata)]
     if encoder is not None:
@@ -424,6 +426,27 @@ def _specs(layout: _Layout, states, batch, vocab, encoder_dim, uses_length, suff
         if uses_length:
             scorer_map["encoder-states-size"] = f"{ENCODER_STATES}:size1"
     return inputs, outputs, result
+
+
+def check_inputs_used(wrapper: torch.nn.Module, inputs: Sequence[TensorSpec], seed: int, zeroed=frozenset()) -> None:
+    """Each graph input, changed alone, changes an output: a step that ignores one (its token lengths, the
+    prefix lengths that mark the padding) would be written without it, and RASR's io-map would name an input
+    the graph lacks. ``zeroed``: inputs changed to 0 (a one-label suffix's length, which then keeps the old
+    state; a one-position history's length, which then starts from zeros)."""
+    from onnx_compat.parts.probe import _changed, example_feeds
+    from onnx_compat.spec import dim_sizes
+    feeds = example_feeds(inputs, dim_sizes(inputs, _own_sizes(inputs, SIZES)), seed)
+    owner = {n: spec for spec in inputs for n in spec.onnx_names}
+    gen = torch.Generator().manual_seed(1234)
+    with torch.no_grad(), preserved(wrapper):
+        base = flatten(wrapper(*feeds.values()))
+        for name, value in feeds.items():
+            other = dict(feeds)
+            other[name] = value * 0 if name in zeroed else _changed(name, value, owner[name], gen)
+            if all(torch.equal(a, b) for a, b in zip(base, flatten(wrapper(*other.values())))):
+                raise LabelScorerError(f"the step ignores graph input {name!r} (changed alone, no output changed): "
+                                       "the exporter would leave it out and RASR's io-map would name an input the "
+                                       "graph lacks", graph="scorer", tensor=name, rule="every input is used")
 
 
 def _encoder_graph(encoder, owner, features: TensorSpec, encoder_dim: int, maps):
