@@ -31,7 +31,7 @@ from onnx_compat.streaming.states import StateSpec
 from . import checks, config, folders, loader
 from .backends import RasrEmulator, TorchCallables
 from .graphs import FRAMES, Callables, build, with_steps
-from .proof import check_reference, prove, reference
+from .proof import check_decoded, prove, refuse_empty_early
 from .rasr_specs import KINDS, STATEFUL
 from .rehearsal import check_eval_mode, rehearse, utterance_lengths
 
@@ -136,10 +136,8 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Optional[Callable] =
                                   scores == "log-probs", uses_length, history, start_label)
     search_args = dict(beam=beam, blank=blank, sentence_end=sentence_end, max_symbols=max_symbols)
     feats = _utterances(features, utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE), seed)
-    wanted = reference(kind, torch_scorer, feats, **search_args)  # PyTorch's decodes, before minutes of export
-    report.notes = check_reference(wanted)
-    prove_by_decoding = _loader_and_decode_proof(report, text, len(vocabulary), torch_scorer, feats, wanted,
-                                                 search_args)
+    refuse_empty_early(kind, torch_scorer, feats, **search_args)
+    prove_by_decoding = _loader_and_decode_proof(report, text, len(vocabulary), torch_scorer, feats, search_args)
     parts_report = export_parts(with_steps(kind, parts, maps), folder, states, batch=batch, batch_first=True,
                                 exporter=exporter, atol=atol, rtol=rtol, seed=seed, sizes={"frames": FRAMES_EXAMPLE},
                                 checks=[prove_by_decoding], extra_files={CONFIG_FILE: text},
@@ -184,11 +182,10 @@ def _utterances(features, lengths: Sequence[int], seed: int) -> List[np.ndarray]
 
 
 def _loader_and_decode_proof(report: LabelScorerReport, text: str, vocabulary_size: int, torch_scorer,
-                             feats: Sequence[np.ndarray], wanted: dict, search: dict) -> Callable:
+                             feats: Sequence[np.ndarray], search: dict) -> Callable:
     """The check ``export_parts`` runs on the verified graphs before writing them: RASR's loader emulated with
     the config fragment as written, then decodes through the graphs as RASR calls them, against PyTorch's
-    decodes (``wanted``, made before the export). It fills the report's ``loader``, ``decodes`` and
-    batched-row figures."""
+    decodes. It fills the report's ``loader``, ``decodes``, batched-row figures and ``notes``."""
     kind = report.kind
 
     def rasr_loads_and_decodes(protos: Dict[str, onnx.ModelProto]) -> None:
@@ -196,8 +193,9 @@ def _loader_and_decode_proof(report: LabelScorerReport, text: str, vocabulary_si
         report.loader = loader.check(kind, protos, values, vocabulary_size)
         rasr = RasrEmulator(kind, values, graphs=protos)
         report.decodes = prove(kind, rasr, torch_scorer, feats, search["beam"], search["blank"],
-                               search["sentence_end"], search["max_symbols"], wanted=wanted)
+                               search["sentence_end"], search["max_symbols"])
         report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
+        report.notes = check_decoded(report.decodes)
 
     return rasr_loads_and_decodes
 

@@ -84,9 +84,18 @@ def prove(kind: str, rasr, torch_scorer, utterances: Sequence[np.ndarray], beam:
     return decodes
 
 
-def check_reference(wanted: Dict) -> List[str]:
-    """``check_decoded`` on PyTorch's decodes, before any export."""
-    return check_decoded([{"labels": list(hyp.labels)} for _, hyp in wanted.values()])
+def refuse_empty_early(kind: str, torch_scorer, utterances: Sequence[np.ndarray], beam: int, blank, sentence_end,
+                       max_symbols: int = 3, labels_per_frame: float = 2.0) -> None:
+    """Before any graph is exported: PyTorch's greedy decode of the utterances one by one until one holds a
+    label (usually the first, a few steps); only if none does are the other searches run, and an all-empty
+    proof refused (``check_decoded``) before minutes of export rather than after."""
+    first = searches(kind, beam)[0]
+    for features in utterances:
+        frames = torch_scorer.encode(features)
+        if decode(torch_scorer, kind, frames, first, blank, sentence_end, max_symbols, labels_per_frame).labels:
+            return
+    wanted = reference(kind, torch_scorer, utterances, beam, blank, sentence_end, max_symbols, labels_per_frame)
+    check_decoded([{"labels": list(hyp.labels)} for _, hyp in wanted.values()])
 
 
 def check_decoded(decodes: Sequence[Dict]) -> List[str]:
