@@ -271,6 +271,11 @@ def test_frames_sized_state_in_the_loader_emulation(i6):
 
 @needs_dynamo
 def test_i6_aed_decoder_graphs_with_dynamo(tmp_path):
+    """stateful-onnx's decoder graphs under dynamo: the batch-1 encoder states repeated inside, the states
+    batch first, the costs, and a state sized by the encoder frames tied to their symbol. (It replaces the
+    bundled AED's dynamo test: nn.LSTM's [layers, B, H] moved batch-first under dynamo is the transducer's
+    dynamo test. The bundled Conformer encoder stays on TorchScript: its dynamo export costs most of a minute
+    on a loaded machine and is tested elsewhere.)"""
     job = i6_aed.label_scorer_job()
     dynamo = {g: "dynamo" for g in ("state-initializer", "state-updater", "scorer")}
     report = export_label_scorer(str(tmp_path / "i6"), exporter={"encoder": "torchscript", **dynamo}, **job)

@@ -171,19 +171,6 @@ def test_transducer_with_dynamo(tmp_path):
 
 
 @needs_dynamo
-def test_aed_decoder_graphs_with_dynamo(tmp_path):
-    """The decoder's graphs (the batch-1 encoder states repeated inside, the LSTM states transposed, the
-    costs) under dynamo. The encoder is the bundled Conformer, whose dynamo export takes most of a minute on a
-    loaded machine: it stays on TorchScript here (a graph per exporter is what ``exporter={...}`` is for)."""
-    model = aed.tiny()
-    dynamo = {g: "dynamo" for g in ("state-initializer", "state-updater", "scorer")}
-    report = export_label_scorer(str(tmp_path / "aed"), exporter={"encoder": "torchscript", **dynamo},
-                                 **aed_job(model))
-    assert {g: r["exporter"] for g, r in report.graphs.items()} == {"encoder": "torchscript", **dynamo}
-    assert any(len(d["labels"]) > 5 for d in report.decodes)
-
-
-@needs_dynamo
 def test_ctc_head_and_fixed_context_scorers_with_dynamo(tmp_path):
     """The no-context (CTC head) and fixed-context (int32 history) scorer graphs under dynamo, decoded through
     as RASR calls them; their encoders stay on TorchScript (the bundled Conformer's dynamo export is tested
