@@ -142,3 +142,27 @@ class RotaryEncoder(nn.Module):
 
     def forward(self, x):
         return self.rotary(self.proj(x))
+
+
+# --- 6. packed sequences under TorchScript ---------------------------------------------------------
+
+class PackedForms(nn.Module):
+    """Packing used other than as one pack -> RNN -> unpack pair: only the GRU's final state read ("final_state"),
+    a packing unpacked as it is (padded frames zeroed, "unpacked_as_is"), the packed data changed by hand and
+    packed again ("packed_data")."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form, self.gru, self.lin = form, nn.GRU(8, 6, batch_first=True), nn.Linear(8, 8)
+
+    def forward(self, x, lengths):
+        rnn = nn.utils.rnn
+        packed = rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        if self.form == "final_state":
+            _, h = self.gru(packed)
+            return h[-1]
+        if self.form == "unpacked_as_is":
+            return rnn.pad_packed_sequence(packed, batch_first=True, total_length=x.shape[1])[0] * 2
+        packed = rnn.PackedSequence(torch.tanh(self.lin(packed.data)), packed.batch_sizes, packed.sorted_indices,
+                                    packed.unsorted_indices)
+        return rnn.pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=x.shape[1])[0]

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import onnx_compat
-from onnx_compat.testing import patch_case_tests
+from onnx_compat.testing import bare_onnx as export_bare, patch_case_tests
 
 from helpers import EXPORTERS, pattern_cases
 from pattern_models_round3 import (AtMostThree, BuiltinReduction, GroupsFromShape, LenAsBatch, PoolKeepsAnAxis,
-                                   RotaryEncoder, SortedPacked)
+                                   PackedForms, RotaryEncoder, SortedPacked)
 
 SIZES = [(1, 23), (3, 50), (2, 9)]
 
@@ -146,4 +146,35 @@ def test_the_emptied_cache_is_the_models_own_again_after_the_export():
     assert model.rotary.seq_len_cached == 60 and (model.rotary.cos_cached, model.rotary.sin_cached) == tables
     with torch.no_grad():
         assert torch.equal(model(x), before)
+    case.assert_eager_untouched()
+
+
+# --- issue #47, 6: packed sequences under TorchScript ----------------------------------------------------
+
+PACKED_CASES = pattern_cases({
+    "packed_final_state_only": (lambda: PackedForms("final_state"), _padded_batch, _LENGTHS_AXES, ("torchscript",),
+                                {"torchscript": "vector::_M_range_check"}),
+    # dynamo: torch.export refuses packing, and the patched export left the padded frames as they were (wrong)
+    "packed_unpacked_as_is": (lambda: PackedForms("unpacked_as_is"), _padded_batch, _LENGTHS_AXES,
+                              ("torchscript", "dynamo"), {"torchscript": "mismatch", "dynamo": "torch.export"}),
+}, SIZES)
+test_packed_export_matches_eager, test_vanilla_packed_fails_as_recorded = patch_case_tests(PACKED_CASES)
+
+
+def test_packed_data_changed_by_hand_is_refused_naming_the_line():
+    """A PackedSequence rebuilt from packed.data has no counterpart in the padded batch the export packs as: the
+    read of its batch_sizes is refused at the model's line (TorchScript refused the lone packing, "must occur in
+    pairs", naming no line)."""
+    from onnx_compat.errors import UnsupportedPattern
+    import inspect
+    lines, start = inspect.getsourcelines(PackedForms.forward)
+    line = start + next(i for i, text in enumerate(lines) if "packed.batch_sizes" in text)
+    model = PackedForms("packed_data").eval()
+    with onnx_compat.patched(), pytest.raises(UnsupportedPattern) as raised:
+        export_bare(model, _padded_batch(2, 37, torch.Generator().manual_seed(0)), "torchscript", _LENGTHS_AXES)
+    assert f"pattern_models_round3.py:{line}: reads batch_sizes of a packed sequence" in str(raised.value)
+
+
+@pytest.mark.parametrize("case", ROTARY_CASES + PACKED_CASES, ids=lambda c: c.name)
+def test_eager_is_untouched_inside_patched_too(case):
     case.assert_eager_untouched()

@@ -17,7 +17,14 @@ valid frames, zeros at padded frames, the backward direction starting at each
 sequence's own end, and ``h_n`` *and* ``c_n`` taken at each sequence's last
 valid frame. ``pad_packed_sequence`` without ``total_length`` returns the
 input's T (PyTorch returns max(lengths); the two agree when the longest
-sequence fills the batch, as RASR feeds it).
+sequence fills the batch, as RASR feeds it). Unpacking masks the padded frames (a packing unpacked with no
+RNN in between kept the input's).
+
+Under TorchScript, which writes one pack -> RNN -> unpack pair itself, ``packed_sequences`` gives each RNN
+a pair of its own around it (``_paired``), so packing used otherwise exports: a model reading only the
+final state (the unused unpacking was dropped, and the lone packing failed: "vector::_M_range_check"),
+several RNNs on one packing, a packing unpacked as it is (issue #47, 6). A ``PackedSequence`` rebuilt by
+hand from ``packed.data`` is refused naming the line.
 
 ``LSTM(proj_size>0)`` has no ONNX ``LSTM`` equivalent; under either exporter
 it runs as a loop over time (``_lstm_projection``: ONNX ``Scan`` from dynamo,
@@ -111,10 +118,23 @@ if SUPPORTED:
 
 
 class Padded:
-    """What ``pack_padded_sequence`` returns while exporting: the padded batch and its lengths."""
+    """What ``pack_padded_sequence`` returns while exporting: the padded batch and its lengths. The packing's own
+    fields (``batch_sizes``, ``sorted_indices``, ``unsorted_indices``) have no counterpart: reading them (to build a
+    ``PackedSequence`` from ``packed.data`` by hand) is refused naming the model's line."""
 
     def __init__(self, data: Tensor, lengths: Tensor, batch_first: bool):
         self.data, self.lengths, self.batch_first = data, lengths, batch_first
+
+    def _packing_field(self, name: str):
+        from ._warning_site import frame_site, model_frame_outside_torch
+        _refuse(f"{frame_site(model_frame_outside_torch(2))}: reads {name} of a packed sequence while exporting; "
+                f"onnx_compat exports packing as the padded batch and its lengths (an ONNX LSTM/GRU with "
+                f"sequence_lens), which has no {name}. Compute on the padded tensor before packing "
+                f"(pack_padded_sequence(f(x), lengths)) instead of on packed.data")
+
+    batch_sizes = property(lambda self: self._packing_field("batch_sizes"))
+    sorted_indices = property(lambda self: self._packing_field("sorted_indices"))
+    unsorted_indices = property(lambda self: self._packing_field("unsorted_indices"))
 
 
 _refusals: List[str] = []
@@ -152,6 +172,8 @@ def rnn_forward(wrapped, instance, args, kwargs):
     """``LSTM.forward``/``GRU.forward`` through the custom op."""
     mode = "LSTM" if isinstance(instance, torch.nn.LSTM) else "GRU"
     projected = getattr(instance, "proj_size", 0) > 0
+    if not when.dynamo_exporting() and isinstance(_bind(wrapped, args, kwargs).get("input"), Padded):
+        return _paired(wrapped, instance, args, kwargs, projected)
     if not projected and not when.dynamo_exporting():
         if not versions.torch_at_least(TORCHSCRIPT_PACKED_BATCH):
             return _packed_initial_state(wrapped, args, kwargs, instance)
@@ -195,6 +217,32 @@ def rnn_forward(wrapped, instance, args, kwargs):
     return (y, (h, c)) if mode == "LSTM" else (y, h)
 
 
+def _paired(wrapped, instance, args, kwargs, projected: bool):
+    """TorchScript, a ``Padded`` input (``pack_padded_sequence`` while exporting): packed for this RNN alone and
+    unpacked right after it, the one pair the TorchScript exporter writes (an ONNX LSTM/GRU with
+    ``sequence_lens``), whatever the model does around it: a final state read without ``pad_packed_sequence``
+    ("vector::_M_range_check"), or several RNNs on one packing."""
+    bound = _bind(wrapped, args, kwargs)
+    data, hx = bound["input"], bound.get("hx")
+    if projected:
+        y, state = lstm_projected(instance, data.data, data.lengths, hx, data.batch_first)
+        return Padded(y, data.lengths, data.batch_first), state
+    rnn_utils = torch.nn.utils.rnn
+    pack, pad = (getattr(f, "__wrapped__", f) for f in (rnn_utils.pack_padded_sequence, rnn_utils.pad_packed_sequence))
+    packed = pack(data.data, data.lengths, batch_first=data.batch_first, enforce_sorted=False)
+    y, state = wrapped(packed, hx)
+    y, _ = pad(y, batch_first=data.batch_first, total_length=data.data.shape[1 if data.batch_first else 0])
+    return Padded(y, data.lengths, data.batch_first), _tied(state, y, data.batch_first)
+
+
+def _tied(state, y, batch_first: bool):
+    """The final state made to depend on the unpacked outputs by adding zero (each sequence's own sum times 0;
+    RNN outputs are bounded, so it is exact): a model that reads only the final state leaves the unpacking dead,
+    the exporter drops it, and the packing alone fails to export ("vector::_M_range_check")."""
+    zero = (y.sum(dim=(1, 2) if batch_first else (0, 2)) * 0)[None, :, None]
+    return tuple(s + zero for s in state) if isinstance(state, tuple) else state + zero
+
+
 def _projected_packed(module, packed: PackedSequence, hx):
     """TorchScript: unpack, run the projected LSTM with lengths, pack again (the exporter
     writes packing as the padded tensor and its lengths). ``hx`` and ``h_n``/``c_n``
@@ -219,14 +267,16 @@ def pad_packed(wrapped, instance, args, kwargs):
     total_length: Optional[int] = bound.get("total_length")
     y = sequence.data if sequence.batch_first == batch_first else sequence.data.transpose(0, 1)
     time_axis = 1 if batch_first else 0
+    if isinstance(total_length, torch.Tensor):  # a size TorchScript traced: the input's own time, which y has
+        total_length = None
     if total_length is not None and total_length > y.shape[time_axis]:
         pad = [0, 0] * (y.dim() - 1 - time_axis) + [0, total_length - y.shape[time_axis]]
         y = torch.nn.functional.pad(y, pad)
-    if padding_value != 0.0:
-        steps = torch.arange(y.shape[time_axis], device=y.device)
-        valid = steps[None, :] < sequence.lengths.to(y.device)[:, None]  # [B, T]
-        valid = valid if batch_first else valid.transpose(0, 1)
-        y = y.masked_fill(~valid[..., None], padding_value)
+    # padded frames hold padding_value: an RNN's are zeros already, a packing unpacked as it is holds the input's
+    steps = torch.arange(y.shape[time_axis], device=y.device)
+    valid = steps[None, :] < sequence.lengths.to(y.device)[:, None]  # [B, T]
+    valid = valid if batch_first else valid.transpose(0, 1)
+    y = y.masked_fill(~valid.reshape(valid.shape + (1,) * (y.dim() - 2)), padding_value)
     return y, sequence.lengths.long()
 
 
@@ -285,10 +335,11 @@ register(Patch(
 register(Patch(
     name="packed_sequences",
     description="pack_padded_sequence -> LSTM/GRU -> pad_packed_sequence exports under dynamo "
-                "(ONNX sequence_lens: zeros at padded frames, h_n/c_n per sequence)",
+                "(ONNX sequence_lens: zeros at padded frames, h_n/c_n per sequence); under TorchScript each RNN "
+                "gets its own pack/unpack pair, so a final state read alone or a packing unpacked as it is exports",
     targets=("torch.nn.utils.rnn:pack_padded_sequence", "torch.nn.utils.rnn:pad_packed_sequence"),
     wrapper=packing,
-    when="dynamo",
+    when="export",
     requires=("rnn_dynamic_time",),
     min_torch=versions.DYNAMO_SINCE,
 ))
