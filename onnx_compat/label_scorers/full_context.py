@@ -36,7 +36,9 @@ from .rehearsal import utterance_lengths
 from .search import label_sync
 from .proof import check_decoded
 from .rehearsal import check_eval_mode
-from .state_managed import StateManagedReport, _encode, _encoder_graph, _export_graphs, earlier_files, finish
+from .managed_graph import earlier_files, encoder_graph, export_graphs, finish
+from .managed_proof import encode
+from .state_managed import StateManagedReport
 
 RASR_TYPE, RELEASE = "full-context-onnx", "full-context-pr"
 RELEASE_TEXT = "RASR with the open full-context PR #241 (cb96aaf9)"
@@ -96,7 +98,7 @@ def export_full_context(folder: str, *, score: Callable, vocabulary: Sequence[st
     outputs = [TensorSpec("scores", [hyps, len(vocabulary)])]
     graphs = [("scorer", wrapper, inputs, outputs, {})]
     if encoder is not None:
-        graphs.insert(0, _encoder_graph(encoder, owner, features, encoder_dim, maps))
+        graphs.insert(0, encoder_graph(encoder, owner, features, encoder_dim, maps))
     text = fragment(folder, maps, start_label, encoder is not None)
     report = StateManagedReport(folder, "full-context", RASR_TYPE, RELEASE, config=text, layout="history",
                                 uses_encoder_lengths={"scorer": uses_length} if encoder is not None else {})
@@ -109,7 +111,7 @@ def export_full_context(folder: str, *, score: Callable, vocabulary: Sequence[st
     names = [n for s in inputs for n in s.onnx_names]
     proof = _proof(report, text, wrapper, names, encoder, feats, len(vocabulary), sentence_end, beam, max_labels)
     tell(f"exporting {', '.join(g[0] for g in graphs)}; then the loader and the decode proof")
-    parts = _export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
+    parts = export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
     finish(report, parts, earlier, t0)
     return report
 
@@ -272,7 +274,7 @@ def _decodes(rasr, mine, encoders, feats, beam, sentence_end, max_labels) -> Lis
     for features in (feats if feats is not None else [None]):
         limit, frames = max_labels, None
         if features is not None:
-            rasr.enc, mine.enc = _encode(encoders, features)
+            rasr.enc, mine.enc = encode(encoders, features)
             frames = rasr.enc.shape[1]
             limit = max(1, math.ceil(2 * frames))
         for width in (1, beam):

@@ -8,44 +8,33 @@ wrapper here makes it the graph RASR calls (int32 ``token [B, S]`` and its lengt
 batch-1 encoder states repeated to the hypotheses, costs ``[B, S, V]``, the ``STATE_`` metadata).
 
 Flow: arguments checked -> the step rehearsed in eager PyTorch (zero-length prefix, a longer one, which
-layout the states come back in) -> the graphs exported and verified at new shapes by ``export()`` into a
-temporary folder -> RASR's loader emulated with the config fragment as written (``managers.findings``) ->
-the decode proof through the graphs as RASR calls them against the same search over the eager wrapper, and a
-batch of hypotheses of different prefix lengths, row by row against each alone -> the folder.
+layout the states come back in; every graph input used) -> the graphs exported and verified at new shapes
+by ``export()`` into a temporary folder (``managed_graph.py``) -> RASR's loader emulated with the config
+fragment as written (``managers.findings``) -> the decode proof through the graphs as RASR calls them
+against the same search over the eager wrapper, and a batch of hypotheses of different prefix lengths,
+row by row against each alone (``managed_proof.py``) -> the folder.
 """
 from __future__ import annotations
 
-import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
-import onnx
 import torch
 
-from onnx_compat.model_state import preserved
-from onnx_compat.parts.export import PartsReport, _move_into, _own_sizes
-from onnx_compat.parts.part import Part, PartModule
 from onnx_compat.pipeline.adapter import flatten
-from onnx_compat.pipeline.files import write_text_atomically
 from onnx_compat.spec import Dim, TensorSpec
 
-from . import config, folders, managers
-from .api import CONFIG_FILE, FRAMES_EXAMPLE, REPORT_FILE, LabelScorerReport, _owner
+from . import config, managers
+from .api import CONFIG_FILE, FRAMES_EXAMPLE, LabelScorerReport, _owner
 from .checks import _check_features, check_scores
-from .errors import DecodeMismatch, LabelScorerError
+from .errors import LabelScorerError
 from .graphs import ENCODER_STATES, Callables
-from .managed_search import Ctx, GraphRun, ManagedScorer, eager_call, session_call
-from .proof import check_decoded
-from .rasr_specs import KINDS, graphs_of
+from .managed_graph import StepGraph, check_inputs_used, earlier_files, encoder_graph, export_graphs, finish, specs
+from .managed_proof import proof as make_proof
 from .rehearsal import check_eval_mode, utterance_lengths
-from .search import label_sync
-
-SIZES = {"suffix": 3, "prefix": 5, "history": 2, "frames": FRAMES_EXAMPLE}
-
 
 @dataclass
 class StateManagedReport(LabelScorerReport):
@@ -151,14 +140,14 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     tell("rehearsing the step in PyTorch")
     uses_length = _rehearse(layout, score, states, batch, vocabulary, scores, encoder, features, encoder_dim, seed)
     wrapper = StepGraph(score, owner, layout.flavour, len(states), encoder is not None, uses_length, sign)
-    inputs, outputs, maps = _specs(layout, states, batch, len(vocabulary), encoder_dim, uses_length,
+    inputs, outputs, maps = specs(layout, states, batch, len(vocabulary), encoder_dim, uses_length,
                                    _suffix_out(layout, score, states, batch, encoder, encoder_dim))
     check_inputs_used(wrapper, inputs, seed, zeroed={"token_length", maps["scorer"].get("prefix-length")}
                       if layout.flavour != "cache" else set())
     metadata = {managers.STATE_PREFIX + f"{s.name}_in": f"{s.name}_out" for s in states}
     graphs = [("scorer", wrapper, inputs, outputs, metadata)]
     if encoder is not None:
-        graphs.insert(0, _encoder_graph(encoder, owner, features, encoder_dim, maps))
+        graphs.insert(0, encoder_graph(encoder, owner, features, encoder_dim, maps))
     text = fragment(folder, maps, layout, start_labels, encoder is not None)
     report = StateManagedReport(folder, "state-managed", managers.RASR_TYPE, "master", config=text,
                                 uses_encoder_lengths={"scorer": uses_length} if encoder is not None else {},
@@ -170,39 +159,12 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
         feats = [gen.standard_normal((1, n, features.dims[2])).astype(np.float32)
                  for n in utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE)]
     report.eager = EagerSide(wrapper, [n for s in inputs for n in s.onnx_names], [o.name for o in outputs], encoder)
-    proof = _proof(report, text, wrapper, [s.onnx_names for s in inputs], outputs, encoder, feats, len(vocabulary),
+    proof = make_proof(report, text, wrapper, [s.onnx_names for s in inputs], outputs, encoder, feats, len(vocabulary),
                    sentence_end, beam, max_labels)
     tell(f"exporting {', '.join(g[0] for g in graphs)}; then RASR's loader and the decode proof")
-    parts = _export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
+    parts = export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
     finish(report, parts, earlier, t0)
     return report
-
-
-def finish(report, parts: PartsReport, earlier: Sequence[str], t0: float) -> None:
-    """The graphs' summary into the report, an earlier export's files not written again removed, the report
-    written last: a ``report.json`` in the folder means every step passed."""
-    summary = parts.to_dict()
-    report.graphs, report.files = summary["graphs"], dict(parts.files)
-    report.removed = folders.remove_stale(report.folder, earlier, list(parts.files.values()))
-    report.files["report"] = os.path.join(report.folder, REPORT_FILE)
-    report.timings["total"] = time.perf_counter() - t0
-    write_text_atomically(report.files["report"], report.to_json() + "\n")
-
-
-def earlier_files(folder: str, writes: set) -> List[str]:
-    """``folders.earlier_files`` for these kinds' files: what an earlier export's report names (removed once
-    this one is written, if not written again); a label scorer's graph that no report names is refused."""
-    if not os.path.isdir(folder):
-        return []
-    own = folders._report_files(folder)
-    known = {f"{g}.onnx" for k in KINDS for g in graphs_of(k)}
-    foreign = sorted(n for n in os.listdir(folder) if n in known - writes and os.path.join(folder, n) not in own)
-    if foreign:
-        raise LabelScorerError(f"the folder {folder!r} holds {foreign}, which this export does not write and no "
-                               "report.json of an earlier export there names: beside the new label-scorer.config "
-                               "they would be read as part of it, and they may be yours; move them or choose "
-                               "another folder", tensor=foreign[0], rule="folder holds no stale graphs")
-    return own
 
 
 def _checked(manager, states, batch, vocabulary, sentence_end, start_labels, encoder, features, encoder_dim,
@@ -349,114 +311,6 @@ def _suffix_out(layout: _Layout, score, states, batch, encoder, encoder_dim) -> 
     return out[1].shape[[i for i, d in enumerate(states[0].dims) if isinstance(d, Dim)][1]] == 1
 
 
-class StepGraph(torch.nn.Module):
-    """The user's step as the graph RASR calls: ONNX inputs ``token``, its length, the states (the first
-    with its length: ``prefix-length``), the encoder states and their size; outputs costs, the states."""
-
-    def __init__(self, step: Callable, owner: Optional[torch.nn.Module], flavour: str, n_states: int, encoder: bool,
-                 encoder_lengths: bool, sign: float) -> None:
-        super().__init__()
-        self.step, self.owner, self.flavour, self.n = step, owner, flavour, n_states
-        self.encoder, self.encoder_lengths, self.sign = encoder, encoder_lengths, sign
-
-    def forward(self, token, token_length, *rest):
-        rest = list(rest)
-        prefix = None
-        if self.flavour != "recurrent":
-            states = [rest.pop(0)]
-            prefix = rest.pop(0).long()
-            states += [rest.pop(0) for _ in range(self.n - 1)]
-        else:
-            states = [rest.pop(0) for _ in range(self.n)]
-        enc_args = ()
-        if self.encoder:
-            enc = rest.pop(0)
-            lengths = rest.pop(0) if self.encoder_lengths else torch.ones(1, dtype=torch.int32) * enc.shape[1]
-            enc_args = (enc.expand(token.shape[0], -1, -1), lengths.long().expand(token.shape[0]))
-        if self.flavour == "cache":
-            out = flatten(self.step(token.long(), token_length.long(), prefix, *states, *enc_args))
-            return (self.sign * out[0],) + tuple(out[1:])
-        if self.flavour == "recurrent-stacked":  # the parent's state: the last position, zeros for no prefix
-            has = (prefix > 0)[:, None]
-            states = [torch.where(has, torch.cat([torch.zeros_like(s.sum(1, keepdim=True)), s], 1)[:, -1], 0.0)
-                      for s in states]
-        out = flatten(self.step(token[:, 0].long(), *states, *enc_args))
-        keep = (token_length > 0)[:, None]  # a zero-length suffix leaves the state as it was
-        new = [torch.where(keep, n, s) for n, s in zip(out[1:], states)]
-        if self.flavour == "recurrent-stacked":
-            new = [n[:, None] for n in new]
-        return (self.sign * out[0][:, None],) + tuple(new)
-
-
-def _specs(layout: _Layout, states, batch, vocab, encoder_dim, uses_length, suffix_only):
-    """The graph's inputs and outputs and the io-map (RASR spec key -> ONNX name)."""
-    hyps = Dim(batch)
-    if layout.flavour == "cache":
-        suffix = Dim("suffix")
-        token = TensorSpec("token", [hyps, suffix], torch.int32, lengths=[1], values=(0, vocab))
-        inputs = [token]
-        maps = {"token": "token", "token-length": "token:size1"}
-        time_dim = Dim("prefix")
-    else:
-        suffix = 1
-        inputs = [TensorSpec("token", [hyps, 1], torch.int32, values=(0, vocab)),
-                  TensorSpec("token_length", [hyps], torch.int32, values=(1, 2))]
-        maps = {"token": "token", "token-length": "token_length"}
-        time_dim = Dim("history")
-    outputs = [TensorSpec("scores", [hyps, suffix, vocab])]
-    for i, spec in enumerate(states):
-        rest = [d for d in spec.dims[1:] if not isinstance(d, Dim)]
-        if layout.flavour == "recurrent":
-            inputs.append(TensorSpec(f"{spec.name}_in", [hyps] + rest))
-            outputs.append(TensorSpec(f"{spec.name}_out", [hyps] + rest))
-            continue
-        dims = [hyps] + [time_dim if isinstance(d, Dim) else d for d in spec.dims[1:]]
-        if layout.flavour == "recurrent-stacked":
-            dims = [hyps, time_dim] + rest
-        inputs.append(TensorSpec(f"{spec.name}_in", dims, lengths=[dims.index(time_dim)] if i == 0 else []))
-        out_time = suffix if layout.flavour == "cache" and suffix_only else (1 if layout.flavour != "cache" else None)
-        outputs.append(TensorSpec(f"{spec.name}_out", [out_time if d is time_dim else d for d in dims]))
-        if i == 0:
-            maps["prefix-length"] = inputs[-1].onnx_names[1]
-    scorer_map = {**maps, "scores": "scores"}
-    result = {"scorer": scorer_map}
-    if encoder_dim is not None:
-        inputs.append(TensorSpec(ENCODER_STATES, [1, Dim("frames"), encoder_dim], lengths=[1] if uses_length else []))
-        scorer_map["encoder-states"] = ENCODER_STATES
-        if uses_length:
-            scorer_map["encoder-states-size"] = f"{ENCODER_STATES}:size1"
-    return inputs, outputs, result
-
-
-def check_inputs_used(wrapper: torch.nn.Module, inputs: Sequence[TensorSpec], seed: int, zeroed=frozenset()) -> None:
-    """Each graph input, changed alone, changes an output: a step that ignores one (its token lengths, the
-    prefix lengths that mark the padding) would be written without it, and RASR's io-map would name an input
-    the graph lacks. ``zeroed``: inputs changed to 0 (a one-label suffix's length, which then keeps the old
-    state; a one-position history's length, which then starts from zeros)."""
-    from onnx_compat.parts.probe import _changed, example_feeds
-    from onnx_compat.spec import dim_sizes
-    feeds = example_feeds(inputs, dim_sizes(inputs, _own_sizes(inputs, SIZES)), seed)
-    owner = {n: spec for spec in inputs for n in spec.onnx_names}
-    gen = torch.Generator().manual_seed(1234)
-    with torch.no_grad(), preserved(wrapper):
-        base = flatten(wrapper(*feeds.values()))
-        for name, value in feeds.items():
-            other = dict(feeds)
-            other[name] = value * 0 if name in zeroed else _changed(name, value, owner[name], gen)
-            if all(torch.equal(a, b) for a, b in zip(base, flatten(wrapper(*other.values())))):
-                raise LabelScorerError(f"the step ignores graph input {name!r} (changed alone, no output changed): "
-                                       "the exporter would leave it out and RASR's io-map would name an input the "
-                                       "graph lacks", graph="scorer", tensor=name, rule="every input is used")
-
-
-def _encoder_graph(encoder, owner, features: TensorSpec, encoder_dim: int, maps):
-    part = Part("encoder", encoder, [features],
-                [TensorSpec(ENCODER_STATES, [features.dims[0], Dim("frames"), encoder_dim], lengths=[1])], module=owner)
-    maps["encoder"] = {"features": features.name, "outputs": ENCODER_STATES,
-                       **({"features-size": features.onnx_names[1]} if features.lengths else {})}
-    return ("encoder", PartModule(part, {}, "batch", False), list(part.inputs), list(part.outputs), {})
-
-
 def fragment(folder: str, maps, layout: _Layout, start_labels: Sequence[int], encoder: bool) -> str:
     """The RASR config: ``state-managed-onnx`` alone (an LM) or as the decoder of ``encoder-decoder``."""
     lines = ["# label scorer written by onnx_compat.export_label_scorer(kind='state-managed') for RASR master "
@@ -478,143 +332,3 @@ def fragment(folder: str, maps, layout: _Layout, start_labels: Sequence[int], en
         lines.append(f"{pre}state-manager.max-history = {layout.max_history}")
     lines.append(f"{pre}start-labels = {' '.join(str(s) for s in start_labels)}")
     return "\n".join(lines) + "\n"
-
-
-def _export_graphs(graphs, folder: str, exporter, atol, rtol, seed, check: Callable, extra_files) -> PartsReport:
-    """Each graph through ``export()`` into a temporary folder beside ``folder``; ``check`` on them all; then
-    the files moved in. Nothing is written unless every graph verified and ``check`` passed."""
-    from onnx_compat import export
-    names = [g[0] for g in graphs]
-    if not isinstance(exporter, str) and set(exporter) - set(names):
-        raise LabelScorerError(f"exporter= names {sorted(set(exporter) - set(names))}; the graphs are {names}",
-                               tensor="exporter", rule="exporter per graph")
-    parent = os.path.dirname(folder)
-    os.makedirs(parent, exist_ok=True)
-    report = PartsReport(folder)
-    with tempfile.TemporaryDirectory(prefix=".state-managed-", dir=parent) as tmp:
-        protos = {}
-        for name, module, inputs, outputs, metadata in graphs:
-            path = os.path.join(tmp, f"{name}.onnx")
-            chosen = exporter if isinstance(exporter, str) else exporter.get(name, "auto")
-            with preserved(module):
-                try:
-                    report.graphs[name] = export(module, path, inputs, outputs, exporter=chosen, atol=atol, rtol=rtol,
-                                                 sizes=_own_sizes(inputs, SIZES) or None, seed=seed,
-                                                 metadata=metadata, external_data=False)
-                except Exception as exc:
-                    exc.add_note(f"(while exporting graph {name!r})")
-                    raise
-            protos[name] = onnx.load(path)
-        check(protos)
-        for name, text in extra_files.items():
-            with open(os.path.join(tmp, name), "w", encoding="utf-8") as fh:
-                fh.write(text)
-        _move_into(tmp, folder, [f"{n}.onnx" for n in names] + list(extra_files), report)
-    return report
-
-
-def _proof(report: StateManagedReport, text: str, wrapper: StepGraph, input_names, outputs, encoder, feats, vocab,
-           sentence_end: int, beam: int, max_labels: int) -> Callable:
-    """The check run on the verified graphs before they are written: RASR's loader with the fragment as
-    written, then the decodes and the batch of mixed prefix lengths."""
-    flat_inputs = [n for names in input_names for n in names]
-    output_names = [o.name for o in outputs]
-
-    def rasr_loads_and_decodes(protos: Dict[str, onnx.ModelProto]) -> None:
-        from onnx_compat.runtimes.session import open_session
-        values = config.parse(text)
-        pre = "decoder." if encoder is not None else ""
-        selectors = {"scorer": pre + "onnx-model", "encoder": "encoder.onnx-model"}
-        maps = {g: config.graph_settings(values, selectors[g])["io-map"] for g in protos}
-        settings = managers.decoder_settings(values, pre)
-        found = managers.findings(protos, maps, settings, vocab)
-        if found:
-            raise LabelScorerError("RASR's loader would refuse these graphs (or crash on them): " +
-                                   "; ".join(str(f) for f in found), graph=found[0].graph, tensor=found[0].tensor,
-                                   rule=found[0].rule)
-        report.loader = ["scorer: validator, STATE_ variables, " + settings["state-manager.type"] +
-                         " manager rules, start-labels, assumed rules"] + (["encoder: validator"] if encoder else [])
-        variables = managers.state_variables(protos["scorer"])
-        mgr = managers.manager(settings["state-manager.type"], variables, managers.max_history(settings))
-        start, deferred = managers.parse_start_labels(settings), bool({"encoder-states", "encoder-states-size"}
-                                                                      & set(maps["scorer"]))
-        runs = (GraphRun(session_call(open_session(protos["scorer"])), maps["scorer"], variables),
-                GraphRun(eager_call(wrapper, flat_inputs, output_names), maps["scorer"], variables))
-        rasr = ManagedScorer(mgr, runs[0], start, deferred, rasr_quirks=True, rows=True)
-        torch_side = ManagedScorer(mgr, runs[1], start, deferred, rasr_quirks=False)
-        encoders = None
-        if encoder is not None:
-            encoders = (open_session(protos["encoder"]), maps["encoder"], encoder)
-        report.decodes = _decodes(rasr, torch_side, runs, encoders, feats, beam, sentence_end, max_labels)
-        report.notes += check_decoded(report.decodes)
-        report.mixed_batch = mixed_batch(rasr, torch_side, vocab)
-        report.row_max_abs_err, report.rows_checked = rasr.row_error, rasr.rows_checked
-
-    return rasr_loads_and_decodes
-
-
-def _encode(encoders, features: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    session, io_map, encoder = encoders
-    feeds = {io_map["features"]: features}
-    if "features-size" in io_map:
-        feeds[io_map["features-size"]] = np.array([features.shape[1]], np.int32)
-    out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    with torch.no_grad():
-        mine, _ = encoder(torch.from_numpy(features), torch.tensor([features.shape[1]], dtype=torch.int32))
-    return out[io_map["outputs"]], mine.numpy()
-
-
-def _decodes(rasr, torch_side, runs, encoders, feats, beam, sentence_end, max_labels) -> List[dict]:
-    """Greedy and beam through the graphs as RASR calls them and through the eager wrapper: same labels, costs
-    within 1e-3 per label. An AED decodes each utterance up to two labels per encoder frame."""
-    decodes = []
-    for features in (feats if feats is not None else [None]):
-        limit, frames = max_labels, None
-        if features is not None:
-            runs[0].enc, runs[1].enc = _encode(encoders, features)
-            frames = runs[0].enc.shape[1]
-            if runs[1].enc.shape[1] != frames:
-                raise DecodeMismatch(f"the encoder graph gives {frames} frames, PyTorch {runs[1].enc.shape[1]}",
-                                     graph="encoder", tensor="outputs", rule="decode as PyTorch")
-            limit = max(1, math.ceil(2 * frames))
-        for width in (1, beam):
-            rasr.reset()
-            torch_side.reset()
-            got, want = label_sync(rasr, width, sentence_end, limit), label_sync(torch_side, width, sentence_end, limit)
-            name = "greedy, label-synchronous" if width == 1 else f"beam {width}, label-synchronous"
-            where = name + (f", {features.shape[1]} feature frames ({frames} encoder frames)" if frames else "")
-            if got.labels != want.labels or abs(got.cost - want.cost) > 1e-3 * (1 + len(want.labels)):
-                raise DecodeMismatch(f"{where}: the graph called as RASR calls it decodes {list(got.labels)} (cost "
-                                     f"{got.cost:.6f}), PyTorch {list(want.labels)} (cost {want.cost:.6f})",
-                                     graph="scorer", tensor="scores", rule="decode as PyTorch")
-            entry = {"search": name, "labels": list(got.labels), "cost_onnx": round(got.cost, 6),
-                     "cost_pytorch": round(want.cost, 6)}
-            if features is not None:
-                entry.update(feature_frames=int(features.shape[1]), encoder_frames=int(frames))
-            decodes.append(entry)
-    return decodes
-
-
-def mixed_batch(rasr: ManagedScorer, torch_side: ManagedScorer, vocab: int, depth: int = 5) -> dict:
-    """Hypotheses of prefix lengths 0 (a sibling of the start context, when its parent is kept), 1 ..
-    ``depth`` scored in one run -- the time-synchronous search's batches -- each row checked against it alone
-    inside ``rasr`` and against the eager wrapper's run of the same batch."""
-    rows = []
-    for scorer in (rasr, torch_side):
-        scorer.reset()
-        start = scorer.root()
-        scorer.score([start])
-        chain = [start]
-        for i in range(depth - 1):
-            chain.append(scorer.extend(chain[-1], 1 + i % max(1, vocab - 1)))
-            scorer.score([chain[-1]])
-        batch = [scorer.extend(c, (2 + i) % vocab) for i, c in enumerate(chain)]
-        if start.parent is not None:
-            batch.insert(0, Ctx(((3 % vocab),), start.parent))
-        lengths = [len(c.parent.labels) for c in batch]
-        rows.append((scorer.score(batch), lengths))
-    err = float(np.abs(rows[0][0] - rows[1][0]).max())
-    if err > 1e-3:
-        raise DecodeMismatch(f"a batch of prefix lengths {rows[0][1]}: the graph's rows differ from PyTorch's by "
-                             f"{err:.3g}", graph="scorer", tensor="scores", rule="decode as PyTorch")
-    return {"prefix_lengths": rows[0][1], "max_abs_err_vs_pytorch": err, "rows_checked_alone": len(rows[0][1])}
