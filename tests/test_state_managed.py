@@ -216,6 +216,10 @@ def test_rasr_start_context_emulated():
     assert kept.score([start])[0].tolist() == [3, 3, -3, -3] and kept.runs == 2  # run again, as RASR does
     with pytest.raises(LabelScorerError):
         ManagedScorer(managers.Transformer(cache_var), _fake_run(cache_var), [], deferred=False).score([Ctx(())])
+    two = ManagedScorer(managers.Transformer(cache_var), _fake_run(cache_var), [3, 4], deferred=True)
+    with pytest.raises(LabelScorerError) as err:  # two start labels deferred: the first never scored
+        two.score([two.root()])
+    assert "null state" in str(err.value)
 
 
 def test_transformer_manager_left_pads_and_cuts_to_max_history():
@@ -381,6 +385,13 @@ def test_folder_train_mode_and_arguments_refused_before_any_work(tmp_path):
         with pytest.raises(LabelScorerError) as err:
             export_label_scorer(str(tmp_path / "bad"), **_lm_job(model, **bad))
         assert err.value.rule == rule, (bad, err.value.rule)
+    from onnx_compat.label_scorers.state_managed import export_state_managed
+    aed_job = transformer_decoder.label_scorer_job("aed")
+    for key in ("kind", "start_label"):
+        aed_job.pop(key)
+    with pytest.raises(LabelScorerError) as err:  # RASR would score a start context whose parent has no state
+        export_state_managed(str(tmp_path / "bad"), start_labels=[0, 1], **aed_job)
+    assert err.value.rule == "no undefined behaviour in RASR" and err.value.tensor == "start_labels"
     ignores = _lm_job(model, score=lambda t, tl, pl, *c: model.step(t, torch.full_like(tl, t.shape[1]), pl, *c),
                       module=model)
     with pytest.raises(LabelScorerError) as err:  # a step that never masks the suffix: its lengths unused

@@ -83,6 +83,11 @@ class ManagedScorer:
             return n, [parent.state]
         chain = []
         for _ in range(n):
+            if parent.state is None:  # RASR uncompresses parent->state.get(): a null state
+                raise LabelScorerError(f"context {list(ctx.labels)}: its ancestor {list(parent.labels)} was never "
+                                       "scored (a start context deferred until the encoder states arrive), so RASR "
+                                       "reads a null state: undefined behaviour", graph="scorer",
+                                       tensor="start-labels", rule="no undefined behaviour in RASR")
             chain.insert(0, parent.state)
             parent = parent.parent
         return n, chain

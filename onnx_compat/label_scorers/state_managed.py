@@ -186,6 +186,11 @@ def _checked(manager, states, batch, vocabulary, sentence_end, start_labels, enc
         raise LabelScorerError("start_labels=(): RASR then scores the root context, which has no parent "
                                "(cacheStatesAndScores reads parent->labelSeq: a null dereference); give the "
                                "start label, e.g. (sentence_end,)", tensor="start_labels", rule="start-labels set")
+    if encoder is not None and len(list(start_labels)) > 1:
+        raise LabelScorerError(f"start_labels={list(start_labels)} with encoder states: RASR defers each start "
+                               "context until the features are in, then scores the last one, whose parent was "
+                               "never scored (a null state: undefined behaviour); give one start label",
+                               tensor="start_labels", rule="no undefined behaviour in RASR")
     if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise LabelScorerError(f"beam={beam!r}: an int >= 1", tensor="beam", rule="beam width")
     if encoder is not None:
