@@ -10,7 +10,7 @@ from onnx_compat.testing import bare_onnx as export_bare, patch_case_tests
 
 from helpers import EXPORTERS, pattern_cases
 from pattern_models_round3 import (AtMostThree, BuiltinReduction, GroupsFromShape, LenAsBatch, PoolKeepsAnAxis,
-                                   PackedForms, RotaryEncoder, SortedPacked)
+                                   LenOfBuffer, PackedForms, RotaryEncoder, SortedPacked)
 
 SIZES = [(1, 23), (3, 50), (2, 9)]
 
@@ -178,3 +178,14 @@ def test_packed_data_changed_by_hand_is_refused_naming_the_line():
 @pytest.mark.parametrize("case", ROTARY_CASES + PACKED_CASES, ids=lambda c: c.name)
 def test_eager_is_untouched_inside_patched_too(case):
     case.assert_eager_untouched()
+
+
+def test_len_of_a_buffer_stays_a_python_int(tmp_path):
+    """len() of a parameter or buffer is a size the model fixes: it stays an int (a loop over it is no baked size, so
+    strict=True accepts the model), while len(x) of the input is the traced batch (B=1 verifies)."""
+    from onnx_compat import Dim, TensorSpec
+    b, t = Dim("batch"), Dim("time")
+    report = onnx_compat.export(LenOfBuffer(), str(tmp_path / "m.onnx"), inputs=[TensorSpec("x", [b, t])],
+                                outputs=[TensorSpec("y", [b, t])], exporter="torchscript", strict=True)
+    assert all(c["ok"] for c in report.verification) and report.warnings["baked"] == [], report.summary()
+    assert report.verification[0]["sizes"]["batch"] == 1

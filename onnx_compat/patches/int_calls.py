@@ -200,7 +200,9 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
     if not torch.onnx.is_in_onnx_export() or root is None or strict:
         idle("padded_lengths_int")
         return wrapped(*args, **kwargs)
+    from .lengths import weights_of
     undo, before = _redirect(_functions_of(root)), _kept
+    weights_of(root)
     try:
         with emptied(root):  # the length_caches patch: caches grown before the export are grown in the trace
             return wrapped(*args, **kwargs)

@@ -262,6 +262,10 @@ def len_of(value):
     under dynamo (issue #47, 4)."""
     if isinstance(value, LengthsList):
         tensor = value.tensor
+    elif isinstance(value, torch.Tensor) and id(value) in _weights:
+        with warnings.catch_warnings():  # a size the model fixes: the tracer's "Using len" warning is no baked size
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return len(value)
     elif isinstance(value, torch.Tensor) and value.dim() > 0 and any_exporting():
         tensor = value
     else:
@@ -307,9 +311,22 @@ def _reducible(args, kwargs) -> bool:
             and not value.is_complex() and value.dtype != torch.bool and any_exporting())
 
 
+_weights: set = set()  # ids of the traced model's parameters and buffers: their len() stays a Python int
+
+
+def weights_of(root) -> None:
+    """The model about to be traced: ``len()`` of its parameters and buffers (sizes fixed by the model, such as
+    ``range(len(self.kernels))``) stays the int it was; only computed tensors' first dims are traced sizes."""
+    _weights.clear()
+    if isinstance(root, torch.nn.Module):
+        _weights.update(id(t) for t in root.parameters())
+        _weights.update(id(t) for t in root.buffers())
+
+
 def forget_batch() -> None:
-    """The sizes ``len_of`` handed out during one trace, dropped when it ends."""
+    """The sizes ``len_of`` handed out during one trace, dropped when it ends (and the weights' ids)."""
     _batch.clear()
+    _weights.clear()
 
 
 def kept_size(value):
