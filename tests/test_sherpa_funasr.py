@@ -17,7 +17,7 @@ from onnx_compat.contracts import ConsumerMismatch, ContractError
 from onnx_compat.contracts import sherpa_funasr as sf
 from onnx_compat.contracts.sherpa_funasr_consumers import FunAsrPython, FunAsrRun, sense_voice_ids
 from onnx_compat.models import funasr_models as fm
-from onnx_compat.parts.funasr import export_sense_voice
+from onnx_compat.parts.funasr import ParaformerGraph, export_paraformer, export_sense_voice
 
 
 def _needs_sherpa():
@@ -167,4 +167,95 @@ def test_sense_voice_refuses_a_front_end_sherpa_onnx_does_not_compute(tmp_path, 
                                             ({"vocab_size": "True"}, "metadata 'vocab_size'")])
 def test_sense_voice_refuses_metadata_sherpa_onnx_would_misread(tmp_path, metadata, what):
     error = _refused(tmp_path / "m", metadata=metadata)
+    assert error.what.startswith(what), error
+
+
+# --- Paraformer ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def paraformer_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("paraformer")
+    return fm.paraformer(), fm.write_am_mvn(str(folder / "am.mvn"), *fm.cmvn_stats(560, seed=1))
+
+
+def _paraformer(model, mvn, out, **kwargs):
+    args = dict(tokens=fm.paraformer_tokens(), frontend_conf=fm.frontend_conf(), cmvn=mvn, exporter="torchscript")
+    return export_paraformer(model, out, **{**args, **kwargs})
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_paraformer_decodes_in_sherpa_onnx_like_pytorch(paraformer_files, tmp_path, exporter):
+    """PyTorch's side is the model's own forward (FunASR's boolean-mask CIF, ``token_num`` positions, one
+    utterance at a time); sherpa-onnx decodes a padded batch of the graph (closed-form CIF) up to ``</s>``."""
+    _needs_sherpa()
+    model, mvn = paraformer_files
+    report = _paraformer(model, mvn, tmp_path / "m", exporter=exporter)
+    assert sorted(os.listdir(tmp_path / "m")) == ["model.onnx", "tokens.txt"]
+    assert report.parts.graphs["model"].exporter == exporter
+    _consumers_ran(report)
+    meta = report.metadata
+    assert {k: meta[k] for k in ("vocab_size", "lfr_window_size", "lfr_window_shift", "model_type")} == {
+        "vocab_size": "40", "lfr_window_size": "7", "lfr_window_shift": "6", "model_type": "paraformer"}
+    assert len(meta["neg_mean"].split(",")) == 560
+    assert "</s> 2" in (tmp_path / "m" / "tokens.txt").read_text(encoding="utf-8").splitlines()
+
+
+def test_paraformer_graph_is_the_models_decode_and_a_batch_is_its_utterances(paraformer_files):
+    """At B=1 the graph's first ``token_num`` positions are the model's log-probs and the rest say ``</s>``; in a
+    padded batch FunASR's own forward lets the padded frames into the shorter item's tokens (the predictor's
+    convolution and the tail), which the graph does not: its item equals the utterance alone."""
+    import torch
+    model, _ = paraformer_files
+    graph = ParaformerGraph(model, 2)
+    torch.manual_seed(3)
+    x, lens = torch.randn(2, 31, 560), torch.tensor([31, 19], dtype=torch.int32)
+    with torch.no_grad():
+        alone, alone_num = model(x[1:, :19], lens[1:])
+        logits, num = graph(x[1:, :19], lens[1:])
+        k = int(alone_num[0])
+        assert k >= 3 and int(num[0]) == k and torch.allclose(logits[0, :k], alone[0], atol=1e-5)
+        assert set(logits[0, k:].argmax(-1).tolist()) == {2}
+        funasr, funasr_num = model(x, lens)
+        batch, batch_num = graph(x, lens)
+    assert torch.allclose(batch[1, :k], alone[0], atol=1e-5) and int(batch_num[1]) == k
+    assert not torch.allclose(funasr[1, :int(funasr_num[1])], alone[0, :int(funasr_num[1])], atol=1e-3)
+
+
+def _paraformer_refused(out, **kwargs):
+    model = kwargs.pop("model", None) or fm.paraformer()
+    with pytest.raises(ContractError) as caught:
+        _paraformer(model, fm.cmvn_stats(560), out, **kwargs)
+    assert not os.path.exists(out), "nothing is written"
+    return caught.value
+
+
+def test_paraformer_refuses_tokens_without_eos(tmp_path):
+    tokens = fm.paraformer_tokens()
+    tokens[2] = "<eos>"
+    error = _paraformer_refused(tmp_path / "m", tokens=tokens)
+    assert error.what == "vocabulary '</s>'" and error.got == "missing"
+
+
+def test_paraformer_refuses_eos_at_another_id_than_the_models(tmp_path):
+    tokens = fm.paraformer_tokens()
+    tokens[2], tokens[3] = tokens[3], tokens[2]
+    error = _paraformer_refused(tmp_path / "m", tokens=tokens)
+    assert error.what == "vocabulary '</s>'" and error.got == "at id 3"
+
+
+def test_paraformer_refuses_a_vocabulary_that_disagrees_with_the_logits(tmp_path):
+    error = _paraformer_refused(tmp_path / "m", tokens=fm.paraformer_tokens(41))
+    assert error.what == "vocabulary" and error.got == "41"
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(cmvn=fm.cmvn_stats(400)), "cmvn neg_mean"),
+    (dict(frontend_conf=fm.frontend_conf(upsacle_samples=False)), "frontend_conf 'upsacle_samples'"),
+    (dict(frontend_conf=fm.frontend_conf(fs=8000)), "frontend_conf 'fs'"),
+    (dict(metadata={"model_type": "paraformer-zh"}), "metadata 'model_type'"),
+    (dict(metadata={"neg_mean": "1,2"}), "metadata 'neg_mean'"),
+])
+def test_paraformer_refuses_what_sherpa_onnx_would_misread(tmp_path, kwargs, what):
+    error = _paraformer_refused(tmp_path / "m", **kwargs)
     assert error.what.startswith(what), error

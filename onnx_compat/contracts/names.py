@@ -27,13 +27,15 @@ CALLS: Dict[str, str] = {
                                           "contract='sherpa-onnx/online-transducer-lstm')",
     "sherpa-onnx/whisper": "export_whisper(checkpoint_folder, folder, language=...)",
     "sherpa-onnx/sense-voice": "export_sense_voice(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
+    "sherpa-onnx/paraformer": "export_paraformer(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
 }
 
 #: entry point -> what it writes, for the refusal of a contract it does not write
 WRITES = {"export": "one graph", "export_streaming": "one streaming step",
           "export_transducer": "three graphs (encoder, decoder, joiner)",
           "export_whisper": "a transformers Whisper checkpoint's encoder and decoder",
-          "export_sense_voice": "a FunASR SenseVoiceSmall's one graph"}
+          "export_sense_voice": "a FunASR SenseVoiceSmall's one graph",
+          "export_paraformer": "a FunASR Paraformer's one graph"}
 
 
 def entry_point(name: str) -> str:

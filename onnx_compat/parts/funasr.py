@@ -133,3 +133,80 @@ def export_sense_voice(model: torch.nn.Module, out, *, tokens: Sequence[str], fr
     report = export_parts([part], os.fspath(out), [], exporter=exporter, atol=atol, rtol=rtol, opset=opset,
                           checks=[judge], extra_files={"tokens.txt": sf.tokens_text(tokens)})
     return FunAsrReport(sv.NAME, report, meta, language, checks, _dither_note(front))
+
+
+def cif_weights(alphas: torch.Tensor, token_num: torch.Tensor) -> torch.Tensor:
+    """``[B, T, T]``: how much of frame ``t`` goes into token ``j`` -- the overlap of the frame's stretch of the
+    running alpha sum, ``[c_{t-1}, c_t]``, with ``[j, j + 1]`` -- zero for ``j >= token_num``. FunASR's
+    integrate-and-fire (threshold 1) in closed form, with one row per frame instead of a data-dependent count, so
+    both exporters take it (FunASR's ``cif_v1_export`` indexes with a boolean mask)."""
+    total = torch.cumsum(alphas, dim=1, dtype=torch.float64).to(torch.float32)
+    before = torch.cat([torch.zeros_like(total[:, :1]), total[:, :-1]], 1)
+    j = torch.arange(alphas.size(1), device=alphas.device, dtype=torch.float32)[None, :, None]
+    overlap = torch.minimum(total[:, None, :], j + 1) - torch.maximum(before[:, None, :], j)
+    fired = j < token_num.to(torch.float32)[:, None, None]
+    return overlap.clamp(min=0) * fired.to(torch.float32)
+
+
+class ParaformerGraph(torch.nn.Module):
+    """The graph sherpa-onnx loads: ``(speech, speech_lengths) -> (logits, token_num)``, FunASR's
+    ``export_forward`` with three changes that keep each utterance's decode and make a padded batch decode like
+    its utterances alone: the encoder output zeroed on padded frames (FunASR lets them into the predictor's
+    convolution and, through the tail threshold put on the first padded frame, into the last token: measured, a
+    batch in sherpa-onnx then decodes other tokens than each utterance alone); the CIF in closed form
+    (``cif_weights``) over one row per frame; every position at or past an item's ``token_num`` set to ``</s>``
+    (log-prob 0 there, -1e4 elsewhere): sherpa-onnx reads all positions of the padded batch up to ``</s>``, FunASR
+    each item's ``token_num``, and with this they read the same tokens."""
+
+    def __init__(self, model: torch.nn.Module, eos: int):
+        super().__init__()
+        self.model, self.eos = model, eos
+
+    def forward(self, speech, speech_lengths):
+        m = self.model
+        enc, enc_len = m.encoder(speech, speech_lengths)
+        mask = (torch.arange(enc.size(1), device=enc.device)[None, :] < enc_len[:, None]).to(torch.float32)
+        enc = enc * mask[:, :, None]  # padded frames as one utterance alone has them: none (zeros)
+        alphas = m.predictor.alphas(enc, mask[:, None, :])
+        token_num = torch.floor(alphas.sum(-1))
+        hidden = torch.cat([enc, torch.zeros_like(enc[:, :1])], 1)
+        embeds = torch.matmul(cif_weights(alphas, token_num), hidden)
+        logits = torch.log_softmax(m.decoder(enc, enc_len, embeds, token_num.to(torch.int32))[0], dim=-1)
+        past = torch.arange(logits.size(1), device=logits.device)[None, :] >= token_num[:, None]
+        eos_row = torch.full_like(logits[:1, :1], -1e4).index_fill(2, torch.tensor([self.eos]), 0.0)
+        return torch.where(past[:, :, None], eos_row, logits), token_num.to(torch.int32)
+
+
+def export_paraformer(model: torch.nn.Module, out, *, tokens: Sequence[str], frontend_conf: Mapping[str, object],
+                      cmvn, exporter: str = "auto", verify: bool = True, metadata: Optional[Mapping[str, str]] = None,
+                      atol: float = 1e-4, rtol: float = 1e-3, opset: Optional[int] = None) -> FunAsrReport:
+    """Write FunASR's ``Paraformer`` ``model`` into the folder ``out`` as sherpa-onnx's offline Paraformer.
+
+    ``tokens``: FunASR's token list (``tokens.json``) in id order, with ``</s>`` at the model's ``eos``.
+    ``frontend_conf`` / ``cmvn`` / ``metadata`` / ``verify``: as ``export_sense_voice``'s. sherpa-onnx feeds
+    samples times 32768 to every Paraformer, so a front end with ``upsacle_samples`` off is refused.
+    """
+    from ..contracts import sherpa_paraformer as sp
+    from ..contracts.sherpa_funasr_consumers import FunAsrRun, paraformer_ids
+    from .export import export_parts
+    classes = model.decoder.output_layer.out_features
+    _check_vocabulary(sp.NAME, tokens, classes)
+    eos = sp.eos_id(tokens, getattr(model, "eos", None))
+    front = sf.front_end(sp.NAME, frontend_conf, cmvn, model.encoder.encoders0[0].in_size)
+    if not front.upscale:
+        raise ContractError(sp.NAME, [Finding("frontend_conf 'upsacle_samples'", "True (sherpa-onnx feeds every "
+                                              "Paraformer samples times 32768)", "False")])
+    meta = sp.metadata(front, classes, metadata)
+    part = _graph_part("model", ParaformerGraph(model, eos), front.width, classes, (), meta)
+    part.outputs = [*part.outputs, TensorSpec("token_num", [Dim("batch")], torch.int32)]
+    checks: List[dict] = []
+
+    def judge(protos) -> None:
+        sp.check(protos["model"], meta, front)
+        run = FunAsrRun("paraformer", paraformer_ids(model, eos), sf.FrontEnd(
+            front.n_mels, front.lfr_m, front.lfr_n, meta["neg_mean"], meta["inv_stddev"], True), list(tokens))
+        _prove(protos, tokens, run, verify, checks)
+
+    report = export_parts([part], os.fspath(out), [], exporter=exporter, atol=atol, rtol=rtol, opset=opset,
+                          checks=[judge], extra_files={"tokens.txt": sf.tokens_text(tokens)})
+    return FunAsrReport(sp.NAME, report, meta, None, checks, _dither_note(front))
