@@ -28,6 +28,7 @@ CALLS: Dict[str, str] = {
     "sherpa-onnx/whisper": "export_whisper(checkpoint_folder, folder, language=...)",
     "sherpa-onnx/sense-voice": "export_sense_voice(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
     "sherpa-onnx/paraformer": "export_paraformer(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
+    "sherpa-onnx/nemo-transducer": "export_nemo_transducer(nemo_model, folder)",
 }
 
 #: entry point -> what it writes, for the refusal of a contract it does not write
@@ -35,7 +36,8 @@ WRITES = {"export": "one graph", "export_streaming": "one streaming step",
           "export_transducer": "three graphs (encoder, decoder, joiner)",
           "export_whisper": "a transformers Whisper checkpoint's encoder and decoder",
           "export_sense_voice": "a FunASR SenseVoiceSmall's one graph",
-          "export_paraformer": "a FunASR Paraformer's one graph"}
+          "export_paraformer": "a FunASR Paraformer's one graph",
+          "export_nemo_transducer": "a NeMo RNN-T or TDT model's encoder, decoder and joiner"}
 
 
 def entry_point(name: str) -> str:
