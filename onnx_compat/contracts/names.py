@@ -29,6 +29,7 @@ CALLS: Dict[str, str] = {
     "sherpa-onnx/sense-voice": "export_sense_voice(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
     "sherpa-onnx/paraformer": "export_paraformer(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
     "sherpa-onnx/nemo-transducer": "export_nemo_transducer(nemo_model, folder)",
+    "sherpa-onnx/vits": "export_vits(model, folder, tokens={...}, lexicon={...}, sample_rate=...)",
 }
 
 #: entry point -> what it writes, for the refusal of a contract it does not write
@@ -37,7 +38,8 @@ WRITES = {"export": "one graph", "export_streaming": "one streaming step",
           "export_whisper": "a transformers Whisper checkpoint's encoder and decoder",
           "export_sense_voice": "a FunASR SenseVoiceSmall's one graph",
           "export_paraformer": "a FunASR Paraformer's one graph",
-          "export_nemo_transducer": "a NeMo RNN-T or TDT model's encoder, decoder and joiner"}
+          "export_nemo_transducer": "a NeMo RNN-T or TDT model's encoder, decoder and joiner",
+          "export_vits": "a VITS voice's one graph, tokens.txt and lexicon.txt"}
 
 
 def entry_point(name: str) -> str:

@@ -1,0 +1,184 @@
+"""``export_vits`` / ``export_matcha``: a TTS voice written as sherpa-onnx's offline TTS model, proven by synthesis.
+
+One call each. Before any export: the variant, the sample rate, the tokens (the symbols the variant's front ends
+look up, one character each, ids inside the model's embedding), the lexicon (its symbols in tokens.txt), the
+speakers (``n_speakers`` as the model has them, the proof's speaker inside them) and -- Matcha -- the vocoder's mel
+bins against the acoustic model's. Then the graphs are exported and verified at new shapes by ``export_parts``
+(random draws fed eager's own), checked by position and by sherpa-onnx's name checks, and the texts are
+synthesized in sherpa-onnx (Python binding, native binary) from a folder holding the files as they will be
+written, against PyTorch's synthesis of the same token ids (noise scales 0). Only then is anything written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+import torch
+
+from ..contracts import sherpa_tts as st
+from ..contracts.base import ContractError, Finding
+from ..spec import Dim, TensorSpec
+
+PROOF_TEXTS = 3
+CONSUMER_ATOL = 1e-4  # float32 audio in [-1, 1]: the graph's rounding, not a tolerance for a wrong duration
+
+
+@dataclass
+class TtsReport:
+    """What was written (``parts``: the ``PartsReport``), the metadata of each graph, the proof's texts and ids,
+    the consumers' runs (per text: samples, max_abs_err, worst sample)."""
+
+    contract: str
+    parts: object
+    metadata: Dict[str, Dict[str, str]]
+    texts: List[str] = field(default_factory=list)
+    ids: List[List[List[int]]] = field(default_factory=list)
+    consumer_checks: List[dict] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> List[str]:
+        return sorted(self.parts.files.values())
+
+    def to_dict(self) -> dict:
+        return {"contract": self.contract, "metadata": self.metadata, "files": self.files, "texts": self.texts,
+                "ids": self.ids, "consumer_checks": self.consumer_checks, "notes": self.notes,
+                "parts": self.parts.to_dict()}
+
+    def to_json(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+
+
+class PiperGraph(torch.nn.Module):
+    """piper's ``export_onnx.py`` forward over a VITS ``SynthesizerTrn``: ``scales`` = (noise, length, noise_w),
+    ``sid`` only multi-speaker; returns ``infer``'s audio ``[1, 1, samples]``."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, x_length, scales, sid: Optional[torch.Tensor] = None):
+        return self.model.infer(x, x_length, sid=sid, noise_scale=scales[0], length_scale=scales[1],
+                                noise_scale_w=scales[2])[0]
+
+
+def synthesize(model: torch.nn.Module, ids: Sequence[int], sid: int = 0) -> torch.Tensor:
+    """PyTorch's waveform of one sentence's ids as sherpa-onnx feeds them: batch 1, ``x_length`` = the length,
+    noise scales 0, length scale 1."""
+    x = torch.tensor([list(ids)], dtype=torch.long)
+    sid_t = torch.tensor([sid], dtype=torch.long) if getattr(model, "n_speakers", 1) > 1 else None
+    with torch.no_grad():
+        return PiperGraph(model).eval()(x, torch.tensor([x.shape[1]]), torch.tensor([0.0, 1.0, 0.0]), sid_t).flatten()
+
+
+def proof_texts(voice: st.Voice, texts: Optional[Sequence[str]]) -> List[str]:
+    """The texts the proof synthesizes: the caller's, else three made of the lexicon's words (the last of two
+    sentences, so sherpa-onnx's sentence split and concatenation are in the proof)."""
+    if texts is None:
+        vocab = list(voice.lexicon)
+        pick = lambda k, n: " ".join(vocab[(k * 3 + i) % len(vocab)] for i in range(n))  # noqa: E731
+        texts = [f"{pick(0, 3)}.", f"{pick(1, 5)}, {pick(2, 2)}!", f"{pick(3, 2)}. {pick(4, 4)}?"]
+    return list(texts)
+
+
+def _ids_findings(name: str, voice: st.Voice, texts: Sequence[str]) -> List[Finding]:
+    found = []
+    for k, text in enumerate(texts):
+        if not text.isascii():
+            found.append(Finding(f"proof text {k}", "ASCII (the reference front end splits ASCII text as "
+                                 "sherpa-onnx does)", repr(text)))
+        elif not st.text_to_ids(text, voice):
+            found.append(Finding(f"proof text {k}", "a word of the lexicon", repr(text)))
+    return found
+
+
+def _write_front_end(folder: str, voice: st.Voice) -> Dict[str, str]:
+    files = {"tokens.txt": st.tokens_text(voice.tokens), "lexicon.txt": st.lexicon_text(voice.lexicon)}
+    for name, text in files.items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return files
+
+
+def _prove(protos: Mapping[str, onnx.ModelProto], voice: st.Voice, run, atol: float, checks: List[dict]) -> None:
+    """The graphs, tokens.txt and lexicon.txt as they will be written, in a temporary folder, synthesized by each
+    installed consumer (a difference raises ``ConsumerMismatch``)."""
+    from ..contracts.sherpa_tts_consumers import in_consumers
+    with tempfile.TemporaryDirectory(prefix="onnx_compat_tts_") as tmp:
+        for name, proto in protos.items():
+            onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
+        _write_front_end(tmp, voice)
+        checks.extend(in_consumers(tmp, run, atol))
+
+
+def _vits_specs(n_vocab: int, speakers: int):
+    x = TensorSpec("x", [1, Dim("L", min=8, max=80, example=12)], torch.int64, values=(0, n_vocab))
+    inputs = [x, TensorSpec("x_length", [1], torch.int64, values=(1, 8)),
+              TensorSpec("scales", [3], torch.float32, values=(0.5, 1.2))]
+    if speakers > 1:
+        inputs.append(TensorSpec("sid", [1], torch.int64, values=(0, speakers)))
+    return inputs, [TensorSpec("audio", [1, 1, Dim("samples")])]
+
+
+def _vits_checks(model, voice: st.Voice, variant: str, meta: Mapping[str, str], sid: int,
+                 texts: Sequence[str]) -> List[Finding]:
+    n_vocab, speakers = model.enc_p.emb.num_embeddings, max(int(getattr(model, "n_speakers", 1)), 1)
+    found = [] if variant in st.VARIANTS else [Finding("variant", f"one of {list(st.VARIANTS)}", repr(variant))]
+    found += st.metadata_findings(st.VITS_KEYS, meta)
+    if not found:
+        found += st.token_findings(variant, voice.tokens, n_vocab) + st.lexicon_findings(voice)
+    found += st.speaker_findings(meta, speakers, [sid])
+    return found + ([] if found else _ids_findings(st.VITS, voice, texts))
+
+
+def export_vits(model: torch.nn.Module, out, *, tokens: Mapping[str, int], lexicon: Mapping[str, Sequence[str]],
+                sample_rate: Optional[int], language: str = "English", variant: str = "piper",
+                punctuation: str = "", add_blank: bool = False, texts: Optional[Sequence[str]] = None, sid: int = 0,
+                exporter: str = "auto", verify: bool = True, metadata: Optional[Mapping[str, str]] = None,
+                atol: float = 1e-4, rtol: float = 1e-3, consumer_atol: float = CONSUMER_ATOL,
+                opset: Optional[int] = None) -> TtsReport:
+    """Write a VITS voice (piper's / coqui's ``SynthesizerTrn``: ``infer``, ``enc_p.emb``, ``n_speakers``) into the
+    folder ``out`` as sherpa-onnx's VITS model: ``model.onnx`` (piper's input layout), ``tokens.txt``,
+    ``lexicon.txt``.
+
+    ``tokens``: ``{symbol: id}`` (the voice's ``phoneme_id_map``; ``" "`` is the word separator the lexicon front
+    end puts between words); ``lexicon``: ``{word: [symbol, ...]}``, so sherpa-onnx needs no espeak-ng data.
+    ``variant``: "piper" or "coqui" (the ``comment``). ``metadata``: values over the derived keys (checked like
+    them). ``texts``: the proof's texts (default three made of lexicon words), synthesized with speaker ``sid``.
+    """
+    from . import Part
+    from .export import export_parts
+    voice = st.Voice(dict(tokens), {w: list(s) for w, s in lexicon.items()}, language, punctuation, add_blank)
+    speakers = max(int(getattr(model, "n_speakers", 1)), 1)
+    meta = st.vits_metadata(voice, variant, sample_rate, speakers, metadata)
+    texts = proof_texts(voice, texts) if voice.lexicon else list(texts or [])
+    st.refuse(st.VITS, _vits_checks(model, voice, variant, meta, sid, texts))
+    ids = [st.text_to_ids(text, voice) for text in texts]
+    from ..contracts.sherpa_tts_consumers import TtsRun
+    expected = [np.concatenate([synthesize(model, s, sid).double().numpy() for s in sentences]) for sentences in ids]
+    run = TtsRun("vits", texts, sid, expected, int(meta["sample_rate"]))
+    inputs, outputs = _vits_specs(model.enc_p.emb.num_embeddings, speakers)
+    checks: List[dict] = []
+
+    def judge(protos) -> None:
+        contract = st.vits_contract(speakers > 1)
+        try:
+            contract.check(protos["model"], None, meta)
+        except ContractError as exc:
+            raise ContractError(st.VITS, exc.findings) from None
+        st.refuse(st.VITS, st.name_findings(protos["model"], {3: "sid"} if speakers > 1 else {}, "model"))
+        if verify:
+            _prove(protos, voice, run, consumer_atol, checks)
+
+    part = Part("model", PiperGraph(model), inputs, outputs, metadata=meta)
+    report = export_parts([part], os.fspath(out), [], exporter=exporter, atol=atol, rtol=rtol, opset=opset,
+                          checks=[judge], extra_files={"tokens.txt": st.tokens_text(voice.tokens),
+                                                       "lexicon.txt": st.lexicon_text(voice.lexicon)})
+    return TtsReport(st.VITS, report, {"model": meta}, texts, ids, checks,
+                     ["noise scales 0 in the proof: the graph's randn_like draws are multiplied by 0 on both sides"])
