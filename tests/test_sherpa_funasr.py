@@ -259,3 +259,22 @@ def test_paraformer_refuses_a_vocabulary_that_disagrees_with_the_logits(tmp_path
 def test_paraformer_refuses_what_sherpa_onnx_would_misread(tmp_path, kwargs, what):
     error = _paraformer_refused(tmp_path / "m", **kwargs)
     assert error.what.startswith(what), error
+
+
+def test_a_graph_sherpa_onnx_would_bind_wrongly_is_refused(sense_voice):
+    """The graph itself by position: ``x_length`` int64 where sherpa-onnx hands int32, or logits whose classes are
+    not ``vocab_size``."""
+    import onnx
+    from onnx_compat.contracts import sherpa_sense_voice as sv
+    report, out = sense_voice
+    meta = report.metadata
+    front = sf.FrontEnd(80, 7, 6, meta["neg_mean"], meta["inv_stddev"])
+    proto = onnx.load(str(out / "model.onnx"))
+    sv.check(proto, meta, front, 16)  # as written: holds
+    proto.graph.input[1].type.tensor_type.elem_type = onnx.TensorProto.INT64
+    with pytest.raises(ContractError) as caught:
+        sv.check(proto, meta, front, 16)
+    assert caught.value.what.startswith("input 1 (x_length)") and caught.value.got == "int64", caught.value
+    with pytest.raises(ContractError) as caught:
+        sv.check(onnx.load(str(out / "model.onnx")), {**meta, "vocab_size": "47"}, front, 16)
+    assert caught.value.what == "metadata 'vocab_size'" and caught.value.expected.startswith("48"), caught.value

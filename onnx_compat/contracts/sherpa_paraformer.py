@@ -61,9 +61,25 @@ def metadata(front: FrontEnd, vocab_size: int, user: Optional[Mapping[str, str]]
     return {**meta, **{k: str(v) for k, v in (user or {}).items()}}
 
 
+def metadata_findings(meta: Mapping[str, str], front: FrontEnd, classes: int) -> List[Finding]:
+    """Every key parsed as sherpa-onnx parses it, ``vocab_size`` the logits' classes, LFR and CMVN the front
+    end's. Run before the export and again on the graph."""
+    found = [f for key in GRAPH.metadata for f in [key.finding(meta.get(key.key))] if f]
+    if found:
+        return found
+    if meta["vocab_size"] != str(classes):
+        found.append(Finding("metadata 'vocab_size'", f"{classes} (the logits' classes)", repr(meta["vocab_size"])))
+    return found + front_end_findings(meta, front)
+
+
+def check_metadata(meta: Mapping[str, str], front: FrontEnd, classes: int) -> None:
+    found = metadata_findings(meta, front, classes)
+    if found:
+        raise ContractError(NAME, found)
+
+
 def check(proto, meta: Mapping[str, str], front: FrontEnd) -> None:
-    """Before writing: the ports by position, every key parsed as sherpa-onnx parses it, ``vocab_size`` the logits'
-    classes, LFR and CMVN the front end's."""
+    """Before writing: the ports by position, then ``metadata_findings`` against the graph's classes and width."""
     try:
         GRAPH.check(proto, None, meta)
         found: List[Finding] = []
@@ -73,10 +89,8 @@ def check(proto, meta: Mapping[str, str], front: FrontEnd) -> None:
         from ..graph import value_info
         classes = value_info(proto.graph.output[0])["dims"][2]
         width = value_info(proto.graph.input[0])["dims"][2]
-        if meta["vocab_size"] != str(classes):
-            found.append(Finding("metadata 'vocab_size'", f"{classes} (the logits' classes)", repr(meta["vocab_size"])))
         if width != front.width:
             found.append(Finding("input 0 dim 2", f"{front.width} (n_mels x lfr_m)", str(width)))
-        found += front_end_findings(meta, front)
+        found += metadata_findings(meta, front, classes)
     if found:
         raise ContractError(NAME, found)

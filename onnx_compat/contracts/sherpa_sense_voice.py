@@ -99,10 +99,32 @@ def metadata(front: FrontEnd, lid_dict: Mapping[str, int], textnorm_dict: Mappin
     return {**meta, **{k: str(v) for k, v in (user or {}).items()}}
 
 
+def metadata_findings(meta: Mapping[str, str], front: FrontEnd, queries: int, classes: int) -> List[Finding]:
+    """Every key parsed as sherpa-onnx parses it, and against the model: ``vocab_size`` the logits' classes, the
+    CMVN and LFR the front end's, every query id a row of the embedding's ``queries``. Run before the export (a
+    user's bad value costs nothing) and again on the graph."""
+    found = [f for key in GRAPH.metadata for f in [key.finding(meta.get(key.key))] if f]
+    if found:
+        return found
+    if meta["vocab_size"] != str(classes):
+        found.append(Finding("metadata 'vocab_size'", f"{classes} (the logits' classes)", repr(meta["vocab_size"])))
+    if int(meta["blank_id"]) >= classes:
+        found.append(Finding("metadata 'blank_id'", f"below {classes}", meta["blank_id"]))
+    found += front_end_findings(meta, front)
+    ids = ["with_itn", "without_itn"] + [f"lang_{c}" for c in LANGUAGES]
+    return found + [Finding(f"metadata {k!r}", f"a row of the query embedding (< {queries})", meta[k])
+                    for k in ids if int(meta[k]) >= queries]
+
+
+def check_metadata(meta: Mapping[str, str], front: FrontEnd, queries: int, classes: int) -> None:
+    found = metadata_findings(meta, front, queries, classes)
+    if found:
+        raise ContractError(NAME, found)
+
+
 def check(proto, meta: Mapping[str, str], front: FrontEnd, queries: int) -> None:
-    """Before writing: the graph's ports by position, every key (parsed as sherpa-onnx parses it) and the keys
-    against the graph and the model: ``vocab_size`` the logits' classes, the CMVN and LFR the front end's, every
-    query id inside the embedding's ``queries`` rows."""
+    """Before writing: the graph's ports by position, then ``metadata_findings`` against the graph's classes and
+    feature width."""
     try:
         GRAPH.check(proto, None, meta)
         found: List[Finding] = []
@@ -112,15 +134,8 @@ def check(proto, meta: Mapping[str, str], front: FrontEnd, queries: int) -> None
         from ..graph import value_info
         classes = value_info(proto.graph.output[0])["dims"][2]
         width = value_info(proto.graph.input[0])["dims"][2]
-        if meta["vocab_size"] != str(classes):
-            found.append(Finding("metadata 'vocab_size'", f"{classes} (the logits' classes)", repr(meta["vocab_size"])))
-        if int(meta["blank_id"]) >= classes:
-            found.append(Finding("metadata 'blank_id'", f"below {classes}", meta["blank_id"]))
         if width != front.width:
             found.append(Finding("input 0 dim 2", f"{front.width} (n_mels x lfr_m)", str(width)))
-        found += front_end_findings(meta, front)
-        ids = ["with_itn", "without_itn"] + [f"lang_{c}" for c in LANGUAGES]
-        found += [Finding(f"metadata {k!r}", f"a row of the query embedding (< {queries})", meta[k])
-                  for k in ids if int(meta[k]) >= queries]
+        found += metadata_findings(meta, front, queries, classes)
     if found:
         raise ContractError(NAME, found)

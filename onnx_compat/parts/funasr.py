@@ -116,6 +116,7 @@ def export_sense_voice(model: torch.nn.Module, out, *, tokens: Sequence[str], fr
     front = sf.front_end(sv.NAME, frontend_conf, cmvn, model.embed.embedding_dim)
     meta = sv.metadata(front, model.lid_dict, model.textnorm_dict, classes, model.blank_id, metadata)
     queries = model.embed.num_embeddings
+    sv.check_metadata(meta, front, queries, classes)
     ints = [TensorSpec(name, [Dim("batch")], torch.int32, values=(0, queries)) for name in ("language", "text_norm")]
     part = _graph_part("model", SenseVoiceGraph(model), front.width, classes, ints, meta)
     lang_id = int(meta[f"lang_{language}"])
@@ -197,6 +198,7 @@ def export_paraformer(model: torch.nn.Module, out, *, tokens: Sequence[str], fro
         raise ContractError(sp.NAME, [Finding("frontend_conf 'upsacle_samples'", "True (sherpa-onnx feeds every "
                                               "Paraformer samples times 32768)", "False")])
     meta = sp.metadata(front, classes, metadata)
+    sp.check_metadata(meta, front, classes)
     part = _graph_part("model", ParaformerGraph(model, eos), front.width, classes, (), meta)
     part.outputs = [*part.outputs, TensorSpec("token_num", [Dim("batch")], torch.int32)]
     checks: List[dict] = []
