@@ -206,3 +206,19 @@ def test_the_graphs_are_checked_as_sherpa_onnx_loads_them(rnnt_export):
     found = {f.what: f.got for f in err.value.findings}
     assert found.get("joiner output 0 (logits) 'outputs' dim 3 (V) of [N, T, U, V]") == "'classes'", err.value
     assert found.get("decoder input 0 (targets) 'targets' dtype") == "int64", err.value
+
+
+def test_the_python_api_needs_model_type_nemo_transducer(rnnt_export):
+    """``OfflineRecognizer.from_transducer``'s default ``model_type="transducer"`` sends the same files to the
+    icefall loader, which ends on the decoder's metadata (sherpa-onnx issue #2226): why the report and the docs name
+    ``model_type="nemo_transducer"``, which the consumer above passes."""
+    from onnx_compat.contracts.consumers import ConsumerMismatch, run_child
+    from onnx_compat.contracts.sherpa_runs import write_wavs
+    folder, report = rnnt_export
+    default = cons._SCRIPT.replace(',\n    model_type="nemo_transducer")', ')')
+    assert default != cons._SCRIPT
+    wavs = write_wavs(str(folder.parent), (0.5,), 16000, seed=4, stem="default")
+    with pytest.raises(ConsumerMismatch) as err:
+        run_child(default, [str(folder), "80", "16000", *wavs], "default model_type")
+    assert "'vocab_size' does not exist in the metadata" in err.value.got, err.value
+    assert run_child(cons._SCRIPT, [str(folder), "80", "16000", *wavs], "nemo_transducer").startswith("[[")
