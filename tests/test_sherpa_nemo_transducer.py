@@ -222,3 +222,23 @@ def test_the_python_api_needs_model_type_nemo_transducer(rnnt_export):
         run_child(default, [str(folder), "80", "16000", *wavs], "default model_type")
     assert "'vocab_size' does not exist in the metadata" in err.value.got, err.value
     assert run_child(cons._SCRIPT, [str(folder), "80", "16000", *wavs], "nemo_transducer").startswith("[[")
+
+
+def test_the_bundled_nemo_front_end_is_nemos():
+    """The bundled ``FilterbankFeatures`` (NeMo's front end, the side ``report.frontend`` measures sherpa-onnx's
+    against) equals kaldi-native-fbank's own port of NeMo's (``OnlineNemoFbank``) on every frame that one emits:
+    the log-mel values to 2e-4, before the normalisation. Povey / 7600 Hz (sherpa-onnx's transducer path) is far."""
+    knf = pytest.importorskip("kaldi_native_fbank")
+    if not hasattr(knf, "OnlineNemoFbank"):
+        pytest.skip("this kaldi-native-fbank has no OnlineNemoFbank")
+    samples = frontends.utterances((1.27,), seed=4)[0]
+    bank = knf.OnlineNemoFbank(knf.NemoFbankOptions())
+    bank.accept_waveform(16000, samples.tolist())
+    bank.input_finished()
+    theirs = np.asarray(bank.get_frames(0, bank.num_frames_ready)[0])
+    ours, frames = nt.FilterbankFeatures(normalize="NA")(torch.from_numpy(samples)[None], torch.tensor([samples.size]))
+    ours = ours[0].T.numpy()
+    assert int(frames[0]) == 128 and theirs.shape == (127, 80)  # NeMo's last centred frame needs the whole tail
+    assert np.abs(ours[:127] - theirs).max() < 2e-4
+    sherpa = cons.features(samples, 80, "")
+    assert np.abs(sherpa[:127] - theirs).mean() > 0.1
