@@ -323,3 +323,54 @@ def test_quantize_measure_help_names_every_measure_that_applies_by_default(tmp_p
     helped = " ".join(capsys.readouterr().out.split())
     default = helped.split("--measure NAME|OUTPUT=NAME a measure", 1)[1].split("--threshold", 1)[0].split("default", 1)[1]
     assert all(name in default for name in names), default
+
+
+JOBS = "onnx_compat.models.label_scorer_jobs"
+
+
+def test_label_scorer_state_managed_full_context_and_their_notes(tmp_path, capsys):
+    """Issue 46 (6): the verb writes the new kinds. The LSTM LM as state-managed-onnx, its note printed (its
+    [B, S] states written for the transformer manager: RASR's lstm manager without encoder states meets
+    undefined behaviour) and an earlier export's file it removed; the Transformer LM as full-context-onnx only
+    with --release full-context-pr (RASR's open PR #241)."""
+    folder = tmp_path / "lstm"
+    folder.mkdir()
+    (folder / "encoder.onnx").write_bytes(b"an earlier AED's encoder")
+    (folder / "report.json").write_text(json.dumps({"files": {"encoder": str(folder / "encoder.onnx")}}))
+    argv = ["label-scorer", f"{JOBS}:lstm_lm", "--manager", "transformer", "--exporter", "torchscript", "--beam", "2",
+            "--out", str(folder)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "state-managed-onnx (transformer manager) for master" in out, out
+    notes = [line for line in out.splitlines() if line.startswith("note ")]
+    assert notes and any("lstm manager" in line for line in notes), out
+    assert f"removed       {folder / 'encoder.onnx'}" in out and not (folder / "encoder.onnx").exists()
+    report = json.loads((folder / "report.json").read_text())
+    assert report["notes"] and report["manager"] == "transformer"
+    assert main(argv[:2] + ["--manager", "lstm", "--out", str(tmp_path / "refused")]) == 1
+    assert "402-404" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    full = tmp_path / "full"
+    assert main(["label-scorer", f"{JOBS}:transformer_lm_full_context", "--release", "full-context-pr",
+                 "--exporter", "torchscript", "--beam", "2", "--out", str(full)]) == 0
+    out = capsys.readouterr().out
+    assert "full-context-onnx for full-context-pr" in out, out
+    assert "type = full-context-onnx" in (full / "label-scorer.config").read_text()
+
+
+def test_label_scorer_combine_writes_and_proves_the_combination(tmp_path, capsys):
+    """Issue 46 (6): ``--combine FACTORY=SCALE`` twice or more writes RASR's combine fragment over each
+    scorer's folder and proves the combined search; the same scales as in the fragment, each scorer's folder
+    there, and every decode's cost the same through the graphs as in PyTorch."""
+    out_dir = tmp_path / "combined"
+    assert main(["label-scorer", "--combine", f"{JOBS}:transformer_aed=1", "--combine", f"{JOBS}:transformer_lm=0.25",
+                 "--exporter", "torchscript", "--beam", "2", "--out", str(out_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "combination   2 label scorers" in out and "scale 0.25" in out, out
+    text = (out_dir / "label-scorer.config").read_text()
+    assert "type = combine" in text and "scorer-2.scale = 0.25" in text and "scorer-1.scale = 1.0" in text
+    report = json.loads((out_dir / "report.json").read_text())
+    assert [s["role"] for s in report["scorers"]] == ["aed", "lm"]
+    assert all(os.path.isdir(s["folder"]) for s in report["scorers"])
+    assert {d["search"] for d in report["decodes"]} == {"greedy, label-synchronous", "beam 2, label-synchronous"}
+    assert all(abs(d["cost_onnx"] - d["cost_pytorch"]) < 1e-3 for d in report["decodes"])
+    assert any(d["labels"] for d in report["decodes"]), report["decodes"]

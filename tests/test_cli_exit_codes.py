@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FACTORY = "onnx_compat.models.conv_demo:build"
 STREAMING = "onnx_compat.models.lstm_encoder:streaming_job"
 SCORER = "onnx_compat.models.aed:ctc_label_scorer_job"
+JOBS = "onnx_compat.models.label_scorer_jobs"
+_COMBINED = ["--combine", f"{JOBS}:transformer_aed=1", "--combine", f"{JOBS}:transformer_lm=0.3"]
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +153,27 @@ BAD_VALUES = {
         ([SCORER, "--out", "m.onnx"], "a file is there, not a folder"),
         ([SCORER, "--out", "no/ls"], "does not exist"),
         (["onnx_compat.models.aed:no_such_job", "--out", "ls"], "no callable 'no_such_job'"),
+        ([SCORER, "--out", "ls", "--manager", "bogus"], "invalid choice: 'bogus'"),
+        ([SCORER, "--out", "ls", "--manager", "transformer"], "--manager is for kind='state-managed'"),
+        ([SCORER, "--out", "ls", "--release", "full-context-pr"], "full-context-pr is for kind='full-context'"),
+        ([f"{JOBS}:transformer_lm_full_context", "--out", "ls"], "pass --release full-context-pr"),
+        ([f"{JOBS}:transformer_lm_full_context", "--out", "ls", "--release", "master"], "pass --release full-cont"),
+        (["onnx_compat.models.transducer:label_scorer_job", "--out", "ls", "--release", "master"],
+         "pass --release transducer-pr"),
+        (["--out", "ls"], "not neither"),
+        ([SCORER, "--combine", f"{JOBS}:transformer_lm=1", "--combine", f"{JOBS}:transformer_aed=1", "--out", "ls"],
+         "not both"),
+        (["--combine", f"{JOBS}:transformer_aed", "--out", "ls"], "argument --combine: takes FACTORY=SCALE"),
+        (["--combine", f"{JOBS}:transformer_aed=0", "--out", "ls"], "argument --combine: 0 is not a finite number"),
+        (["--combine", f"{JOBS}:transformer_aed=inf", "--out", "ls"], "argument --combine"),
+        (["--combine", f"{JOBS}:transformer_aed=1", "--out", "ls"], "--combine takes at least two scorers"),
+        (_COMBINED + ["--out", "ls", "--manager", "transformer"], "--manager is for one scorer"),
+        (_COMBINED + ["--out", "ls", "--release", "master"], "--release is for one scorer"),
+        (_COMBINED + ["--out", "a_folder"], "exists: a combination is written into a new folder"),
+        (["--combine", f"{JOBS}:transformer_lm=1", "--combine", f"{JOBS}:lstm_lm=0.5", "--out", "ls"],
+         "--combine: the scorers are ['lm', 'lm']: exactly one AED"),
+        (["--combine", "no_such_module:job=1", "--combine", f"{JOBS}:transformer_lm=1", "--out", "ls"],
+         "cannot import 'no_such_module'"),
     ],
 }
 CASES = [(verb, argv, match) for verb, cases in BAD_VALUES.items() for argv, match in cases]

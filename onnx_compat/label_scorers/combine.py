@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import json
@@ -181,21 +181,30 @@ class _Managed:
 
 
 def combine_label_scorers(folder: str, scorers: Sequence[Tuple[Mapping, float]], *, beam: int = 4,
-                          utterances: Optional[Sequence[int]] = None, seed: int = 0) -> CombinationReport:
+                          utterances: Optional[Sequence[int]] = None, seed: int = 0,
+                          progress: Optional[Callable[[str], None]] = None) -> CombinationReport:
     """Export each ``(job, scale)`` (``export_label_scorer``'s keyword arguments; a ``kind="ctc"`` job becomes
     ``ctc-prefix``) into ``folder/scorer-<i>``, write ``folder/label-scorer.config`` combining them, and prove
-    that the combined search through the written graphs decodes as the same combined search in PyTorch."""
+    that the combined search through the written graphs decodes as the same combined search in PyTorch.
+    ``progress``: told each scorer's stages (prefixed ``scorer-<i>``) and the combined proof."""
     from .api import export_label_scorer
     t0 = time.perf_counter()
-    jobs = _checked(scorers)
+    jobs = check_scorers(scorers)
     folder = os.path.abspath(folder)
+    if os.path.exists(folder):  # before minutes of exports, not after them
+        raise LabelScorerError(f"{folder} exists: a combination is written into a new folder", tensor="folder",
+                               rule="new folder")
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     report = CombinationReport(folder)
     with tempfile.TemporaryDirectory(prefix=".combine-", dir=parent) as tmp:
         staged = os.path.join(tmp, "combination")
-        reports = [export_label_scorer(os.path.join(staged, f"scorer-{i + 1}"), **job)
+        reports = [export_label_scorer(os.path.join(staged, f"scorer-{i + 1}"),
+                                       **(dict(job, progress=_prefixed(progress, f"scorer-{i + 1}")) if progress
+                                          else job))
                    for i, (job, _) in enumerate(jobs)]
+        if progress is not None:
+            progress("the combined search through the graphs and in PyTorch")
         text = fragment(jobs, reports, folder, staged)
         report.config = text
         report.scorers = [{"scorer": f"scorer-{i + 1}", "role": _role(job), "kind": job["kind"], "scale": scale,
@@ -211,13 +220,19 @@ def combine_label_scorers(folder: str, scorers: Sequence[Tuple[Mapping, float]],
     return report
 
 
+def _prefixed(progress: Callable[[str], None], name: str) -> Callable[[str], None]:
+    return lambda stage: progress(f"{name}: {stage}")
+
+
 def _role(job: Mapping) -> str:
     if job["kind"] == "ctc":
         return "ctc-prefix"
     return "lm" if job.get("encoder") is None else "aed"
 
 
-def _checked(scorers) -> List[Tuple[dict, float]]:
+def check_scorers(scorers) -> List[Tuple[dict, float]]:
+    """The ``(job, scale)`` pairs as RASR's ``combine`` can hold them, refused before any export: kinds a
+    label-synchronous combination takes, positive scales, one AED, one sentence end."""
     jobs = []
     for entry in scorers:
         if not isinstance(entry, (tuple, list)) or len(entry) != 2 or not isinstance(entry[0], Mapping):
