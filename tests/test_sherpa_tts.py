@@ -161,3 +161,68 @@ def test_vits_refuses_a_fourth_input_not_named_sid(single):
     proto.graph.input.add().CopyFrom(onnx.helper.make_tensor_value_info("speaker", onnx.TensorProto.INT64, [1]))
     found = st.name_findings(proto, {3: "sid"}, "model")
     assert len(found) == 1 and found[0].got == "'speaker'"
+
+
+def _matcha(voice, out, kind, exporter, **change):
+    from onnx_compat.models.matcha_tts import tiny_matcha, tiny_vocoder
+    from onnx_compat.parts.sherpa_tts import export_matcha
+    tokens, lexicon = voice
+    kwargs = dict(vocoder_type=kind, tokens=tokens, lexicon=lexicon, sample_rate=16000, exporter=exporter)
+    vocoder = change.pop("vocoder", None) or tiny_vocoder(kind, seed=3)
+    kwargs.update(change)
+    return export_matcha(tiny_matcha(len(tokens), seed=3), vocoder, out, **kwargs)
+
+
+@pytest.mark.parametrize("kind, exporter", [("hifigan", "torchscript"), ("vocos", "dynamo")])
+def test_matcha_with_vocoder_synthesizes_pytorchs_audio(voice, tmp_path, kind, exporter):
+    """Matcha with 3 Euler steps baked in; HiFi-GAN (TorchScript) and Vocos (dynamo: sherpa-onnx's own inverse STFT
+    against ``torch.istft``) as the vocoder."""
+    _needs_sherpa()
+    out = tmp_path / kind
+    report = _matcha(voice, out, kind, exporter)
+    assert sorted(os.listdir(out)) == ["acoustic_model.onnx", "lexicon.txt", "tokens.txt", "vocoder.onnx"]
+    checks = report.consumer_checks
+    assert [c.get("skipped") for c in checks] == [None, None], checks
+    for check in checks:
+        assert check["ok"] and check["texts"] == 3
+        assert check["max_abs_err"] <= CONSUMER_ATOL + (STEP16 if "native" in check["consumer"] else 0)
+        assert all(case["samples"] >= 500 and case["peak"] > 0.1 for case in check["cases"])
+    acoustic = onnx.load(out / "acoustic_model.onnx")
+    assert [v.name for v in acoustic.graph.input] == ["x", "x_length", "scales"]
+    meta = {p.key: p.value for p in acoustic.metadata_props}
+    assert meta["num_ode_steps"] == "3" and meta["jieba"] == "1"
+    vocoder = {p.key: p.value for p in onnx.load(out / "vocoder.onnx").metadata_props}
+    assert vocoder["model_type"] == kind
+    if kind == "vocos":
+        assert (vocoder["n_fft"], vocoder["hop_length"], vocoder["window_type"]) == ("64", "16", "hann")
+    assert {g.exporter for g in report.parts.graphs.values()} == {exporter}
+
+
+def test_matcha_refuses_vocoder_of_other_mel_bins(voice, tmp_path):
+    from onnx_compat.models.matcha_tts import tiny_vocoder
+    with pytest.raises(ContractError) as info:
+        _matcha(voice, tmp_path / "m", "hifigan", "torchscript", vocoder=tiny_vocoder("hifigan", n_mels=24))
+    assert info.value.what == "vocoder mel bins" and (info.value.expected, info.value.got) == (
+        "20 (the acoustic model's mel)", "24")
+    assert not (tmp_path / "m").exists()
+
+
+def test_matcha_refuses_missing_sample_rate_and_multi_sentence_texts(voice, tmp_path):
+    with pytest.raises(ContractError) as info:
+        _matcha(voice, tmp_path / "m", "vocos", "torchscript", sample_rate=None)
+    assert info.value.what.startswith("metadata 'sample_rate'")
+    with pytest.raises(ContractError) as info:
+        _matcha(voice, tmp_path / "m", "vocos", "torchscript", texts=["hello world. this is a test."])
+    assert info.value.what == "proof text 0"
+    assert not (tmp_path / "m").exists()
+
+
+def test_matcha_text_to_ids_as_sherpa_2_0_1_feeds_them(voice):
+    """Measured with sherpa-onnx 2.0.1's debug log: 'Hello zebra world' -> [0, h, 0, ..., 0, ' ', 0, w, ...]."""
+    tokens, lexicon = voice
+    v = st.Voice(tokens, lexicon)
+    ids = [tokens[s] for s in lexicon["hello"]] + [tokens[" "]] + [tokens[s] for s in lexicon["world"]]
+    assert st.matcha_text_to_ids("Hello zebra world", v, 0) == [0] + [k for i in ids for k in (i, 0)]
+    with_mark = st.matcha_text_to_ids("hello, world!", v, 0)
+    assert with_mark[-2:] == [tokens["!"], 0]
+    assert tokens[","] not in with_mark[1::2]

@@ -30,6 +30,8 @@ CALLS: Dict[str, str] = {
     "sherpa-onnx/paraformer": "export_paraformer(model, folder, tokens=[...], frontend_conf={...}, cmvn='am.mvn')",
     "sherpa-onnx/nemo-transducer": "export_nemo_transducer(nemo_model, folder)",
     "sherpa-onnx/vits": "export_vits(model, folder, tokens={...}, lexicon={...}, sample_rate=...)",
+    "sherpa-onnx/matcha": "export_matcha(acoustic_model, vocoder, folder, vocoder_type='hifigan' | 'vocos', "
+                          "tokens={...}, lexicon={...}, sample_rate=...)",
 }
 
 #: entry point -> what it writes, for the refusal of a contract it does not write
@@ -39,7 +41,8 @@ WRITES = {"export": "one graph", "export_streaming": "one streaming step",
           "export_sense_voice": "a FunASR SenseVoiceSmall's one graph",
           "export_paraformer": "a FunASR Paraformer's one graph",
           "export_nemo_transducer": "a NeMo RNN-T or TDT model's encoder, decoder and joiner",
-          "export_vits": "a VITS voice's one graph, tokens.txt and lexicon.txt"}
+          "export_vits": "a VITS voice's one graph, tokens.txt and lexicon.txt",
+          "export_matcha": "a Matcha acoustic model and its vocoder, tokens.txt and lexicon.txt"}
 
 
 def entry_point(name: str) -> str:

@@ -26,7 +26,8 @@ Matcha: ``x``, ``x_length``, then ``scales`` float ``[2]`` = (noise, length) whe
 ``scales``, else ``noise_scale`` and ``length_scale`` float ``[1]``; a 5th input named ``sid`` gets the speaker.
 Output 0 is the mel ``[1, n_mels, T]`` for the vocoder (or the audio when named ``audio_output``). Metadata:
 required ``sample_rate``, ``n_speakers``, ``use_eos_bos``, ``pad_id``; ``voice``, ``has_espeak``, ``jieba``,
-``version``. The vocoder's required ``model_type``: ``hifigan`` (mel -> audio) or ``vocos`` (mel -> magnitude,
+``version``; ``jieba`` 1 with a lexicon and no ``--matcha-data-dir`` is the front end that needs no espeak-ng
+data (its ids as the 2.0.1 wheel makes them: ``matcha_text_to_ids``). The vocoder's required ``model_type``: ``hifigan`` (mel -> audio) or ``vocos`` (mel -> magnitude,
 cos, sin ``[1, n_fft/2+1, T]``; sherpa-onnx does the inverse STFT itself from ``n_fft``, ``hop_length``,
 ``win_length``, ``center``, ``normalized``, ``window_type``, ``pad_mode`` in the vocoder's metadata).
 """
@@ -261,3 +262,79 @@ def text_to_ids(text: str, voice: Voice) -> List[List[int]]:
     if voice.add_blank:
         out = [[0] + [v for k in ids for v in (k, 0)] for ids in out]
     return out
+
+
+def matcha_text_to_ids(text: str, voice: Voice, pad_id: int) -> List[int]:
+    """The ids of a one-sentence text as sherpa-onnx 2.0.1's Matcha feeds them without espeak-ng data, measured
+    with its debug log (its front end is not the one of the source commit read for the other families): the
+    lexicon's words of the lower-cased text (others skipped, marks inside dropped), their symbols joined by the
+    token ``" "``, the text's final mark when it is a token, then ``AddBlank(ids, pad_id)``. sherpa-onnx merges
+    the sentences of a text by its own rule, so a proof text is one sentence."""
+    ws = words(text)
+    ids: List[int] = []
+    for w in ws:
+        if w in voice.lexicon:
+            ids += ([voice.tokens[" "]] if ids else []) + [voice.tokens[s] for s in voice.lexicon[w]]
+    if ids and ws and ws[-1] in voice.tokens and ws[-1] not in voice.lexicon:
+        ids.append(voice.tokens[ws[-1]])
+    return [pad_id] + [v for k in ids for v in (k, pad_id)] if ids else []
+
+
+def one_sentence(text: str) -> bool:
+    """No sentence mark before the text's last word."""
+    ws = words(text)
+    last = max((k for k, w in enumerate(ws) if w not in SPLITS), default=-1)
+    return not any(w in SPLITS for w in ws[:last])
+
+
+def matcha_metadata(voice: Voice, sample_rate: Optional[int], steps: int, pad_id: int,
+                    user: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The acoustic model's keys: ``jieba`` 1 picks the lexicon front end that needs no espeak-ng data."""
+    meta = {"model_type": "matcha-tts", "language": voice.language, "n_speakers": "1", "use_eos_bos": "0",
+            "pad_id": str(pad_id), "jieba": "1", "has_espeak": "0", "voice": "en-us", "version": "1",
+            "num_ode_steps": str(steps), "maintainer": "onnx_compat"}
+    if sample_rate is not None:
+        meta["sample_rate"] = str(sample_rate)
+    meta.update(dict(user or {}))
+    return meta
+
+
+def vocoder_metadata(kind: str, vocoder, sample_rate: Optional[int]) -> Dict[str, str]:
+    """``model_type`` picks the vocoder; Vocos's inverse STFT is sherpa-onnx's, set by these keys."""
+    meta = {"model_type": kind, "maintainer": "onnx_compat"}
+    if sample_rate is not None:
+        meta["sample_rate"] = str(sample_rate)
+    if kind == "vocos":
+        meta.update(n_fft=str(vocoder.n_fft), hop_length=str(vocoder.hop_length),
+                    win_length=str(getattr(vocoder, "win_length", vocoder.n_fft)), center="1", normalized="0",
+                    window_type="hann", pad_mode="reflect")
+    return meta
+
+
+def mel_bins(module) -> Optional[int]:
+    """A module's mel bins: its ``n_mels`` / ``n_feats``, else the input channels of its first ``Conv1d``."""
+    import torch
+    for attr in ("n_mels", "n_feats"):
+        if isinstance(getattr(module, attr, None), int):
+            return getattr(module, attr)
+    conv = next((m for m in module.modules() if isinstance(m, torch.nn.Conv1d)), None)
+    return conv.in_channels if conv is not None else None
+
+
+def matcha_findings(acoustic, vocoder, kind: str, voice: Voice, meta: Mapping[str, str],
+                    vocoder_meta: Mapping[str, str]) -> List[Finding]:
+    found = [] if kind in VOCODER_KEYS else [Finding("vocoder", f"one of {list(VOCODER_KEYS)}", repr(kind))]
+    found += metadata_findings(MATCHA_KEYS, meta)
+    if kind in VOCODER_KEYS:
+        found += metadata_findings(VOCODER_KEYS[kind], vocoder_meta, "vocoder ")
+    bins, wants = mel_bins(acoustic), mel_bins(vocoder)
+    if bins != wants:
+        found.append(Finding("vocoder mel bins", f"{bins} (the acoustic model's mel)", f"{wants}"))
+    n_vocab = acoustic.encoder.emb.num_embeddings
+    outside = sorted((s, i) for s, i in voice.tokens.items() if not 0 <= i < n_vocab)
+    if outside:
+        found.append(Finding("tokens", f"ids inside the model's {n_vocab} embeddings", f"{outside[:5]}"))
+    spaced = [s for s in voice.tokens if s != " " and (not s or any(c.isspace() for c in s))]
+    if spaced:
+        found.append(Finding("tokens", "symbols without whitespace (the character front end)", f"{spaced[:5]}"))
+    return found + [f for f in lexicon_findings(voice) if f.what != "metadata 'punctuation'"]

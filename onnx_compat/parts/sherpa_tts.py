@@ -182,3 +182,84 @@ def export_vits(model: torch.nn.Module, out, *, tokens: Mapping[str, int], lexic
                                                        "lexicon.txt": st.lexicon_text(voice.lexicon)})
     return TtsReport(st.VITS, report, {"model": meta}, texts, ids, checks,
                      ["noise scales 0 in the proof: the graph's randn_like draws are multiplied by 0 on both sides"])
+
+
+def matcha_waveform(acoustic, vocoder, kind: str, steps: int, ids: Sequence[int]) -> np.ndarray:
+    """PyTorch's waveform of one sentence's ids: the acoustic model with ``steps`` Euler steps, noise 0, length 1,
+    then the vocoder (Vocos: its magnitude and phase through ``torch.istft``, a Hann window, center=True)."""
+    from ..models.matcha_tts import MatchaGraph
+    x = torch.tensor([list(ids)], dtype=torch.long)
+    with torch.no_grad():
+        mel = MatchaGraph(acoustic, steps).eval()(x, torch.tensor([x.shape[1]]), torch.tensor([0.0, 1.0]))
+        audio = vocoder.waveform(mel) if kind == "vocos" else vocoder(mel)
+    return audio.double().numpy().ravel()
+
+
+def _matcha_parts(acoustic, vocoder, kind: str, steps: int, meta, vocoder_meta):
+    from ..models.matcha_tts import MatchaGraph
+    from . import Part
+    n_vocab, bins = acoustic.encoder.emb.num_embeddings, st.mel_bins(acoustic)
+    inputs = [TensorSpec("x", [1, Dim("L", min=4, max=80, example=12)], torch.int64, values=(0, n_vocab)),
+              TensorSpec("x_length", [1], torch.int64, values=(1, 4)),
+              TensorSpec("scales", [2], torch.float32, values=(0.5, 1.2))]
+    acoustic_part = Part("acoustic_model", MatchaGraph(acoustic, steps), inputs,
+                         [TensorSpec("mel", [1, bins, Dim("frames")])], metadata=meta)
+    mel = [TensorSpec("mel", [1, bins, Dim("frames", min=4, max=200, example=20)])]
+    outs = [TensorSpec("audio", [1, Dim("samples")])] if kind == "hifigan" else \
+        [TensorSpec(n, [1, vocoder.n_fft // 2 + 1, Dim("frames_out")]) for n in ("mag", "x", "y")]
+    return [acoustic_part, Part("vocoder", vocoder, mel, outs, metadata=vocoder_meta)]
+
+
+def export_matcha(acoustic: torch.nn.Module, vocoder: torch.nn.Module, out, *, vocoder_type: str,
+                  tokens: Mapping[str, int], lexicon: Mapping[str, Sequence[str]], sample_rate: Optional[int],
+                  ode_steps: int = 3, language: str = "English", pad_id: int = 0,
+                  texts: Optional[Sequence[str]] = None, exporter: str = "auto", verify: bool = True,
+                  metadata: Optional[Mapping[str, str]] = None, atol: float = 1e-4, rtol: float = 1e-3,
+                  consumer_atol: float = CONSUMER_ATOL, opset: Optional[int] = None) -> TtsReport:
+    """Write a Matcha acoustic model (``synthesise(x, x_lengths, n_timesteps, temperature, length_scale)``) and its
+    vocoder into the folder ``out`` as sherpa-onnx's Matcha model: ``acoustic_model.onnx`` (``x``, ``x_length``,
+    ``scales`` = (noise, length) -> ``mel``; ``ode_steps`` Euler steps baked in and written as ``num_ode_steps``),
+    ``vocoder.onnx`` (``vocoder_type`` "hifigan": mel -> audio; "vocos": mel -> magnitude, cos, sin, with the
+    inverse STFT's settings in its metadata), ``tokens.txt`` and ``lexicon.txt`` (the metadata's ``jieba`` 1 picks
+    sherpa-onnx's lexicon front end, so no espeak-ng data is needed; the text is matched as written: lower-case
+    words). ``texts``: the proof's texts (default three of lexicon words).
+    """
+    from .export import export_parts
+    voice = st.Voice(dict(tokens), {w: list(s) for w, s in lexicon.items()}, language)
+    meta = st.matcha_metadata(voice, sample_rate, ode_steps, pad_id, metadata)
+    vocoder_meta = st.vocoder_metadata(vocoder_type, vocoder, sample_rate) if vocoder_type in st.VOCODER_KEYS else {}
+    texts = list(texts) if texts is not None else [t.replace(",", "").split(".")[0] + "." if "." in t else
+                                                   t.replace(",", "") for t in proof_texts(voice, None)]
+    found = st.matcha_findings(acoustic, vocoder, vocoder_type, voice, meta, vocoder_meta)
+    if not found and meta.get("sample_rate") != vocoder_meta.get("sample_rate", meta.get("sample_rate")):
+        found.append(Finding("vocoder metadata 'sample_rate'", meta["sample_rate"], vocoder_meta["sample_rate"]))
+    st.refuse(st.MATCHA, found)
+    ids = [[st.matcha_text_to_ids(text, voice, pad_id)] for text in texts]
+    st.refuse(st.MATCHA, [Finding(f"proof text {k}", "one sentence of lexicon words (sherpa-onnx merges a text's "
+                                  "sentences by its own rule)", repr(t))
+                          for k, (t, i) in enumerate(zip(texts, ids)) if not i[0] or not st.one_sentence(t)])
+    from ..contracts.sherpa_tts_consumers import TtsRun
+    expected = [np.concatenate([matcha_waveform(acoustic, vocoder, vocoder_type, ode_steps, s) for s in sentences])
+                for sentences in ids]
+    run = TtsRun("matcha", texts, 0, expected, int(meta["sample_rate"]))
+    checks: List[dict] = []
+
+    def judge(protos) -> None:
+        found = []
+        for name, contract, values in (("acoustic_model", st.matcha_contract(False), meta),
+                                       ("vocoder", st.vocoder_contract(vocoder_type), vocoder_meta)):
+            try:
+                contract.check(protos[name], None, values)
+            except ContractError as exc:
+                found += [Finding(f"{name} {f.what}", f.expected, f.got) for f in exc.findings]
+        st.refuse(st.MATCHA, found + st.name_findings(protos["acoustic_model"], {2: "scales"}, "acoustic_model"))
+        if verify:
+            _prove(protos, voice, run, consumer_atol, checks)
+
+    parts = _matcha_parts(acoustic, vocoder, vocoder_type, ode_steps, meta, vocoder_meta)
+    report = export_parts(parts, os.fspath(out), [], exporter=exporter, atol=atol, rtol=rtol, opset=opset,
+                          checks=[judge], extra_files={"tokens.txt": st.tokens_text(voice.tokens),
+                                                       "lexicon.txt": st.lexicon_text(voice.lexicon)})
+    return TtsReport(st.MATCHA, report, {"acoustic_model": meta, "vocoder": vocoder_meta}, texts, ids, checks,
+                     [f"{ode_steps} Euler steps baked into acoustic_model.onnx (metadata num_ode_steps)",
+                      "noise scale 0 in the proof: the decoder's randn_like draw is multiplied by 0 on both sides"])
