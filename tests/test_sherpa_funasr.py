@@ -278,3 +278,20 @@ def test_a_graph_sherpa_onnx_would_bind_wrongly_is_refused(sense_voice):
     with pytest.raises(ContractError) as caught:
         sv.check(onnx.load(str(out / "model.onnx")), {**meta, "vocab_size": "47"}, front, 16)
     assert caught.value.what == "metadata 'vocab_size'" and caught.value.expected.startswith("48"), caught.value
+
+
+def test_the_sense_voice_graph_is_funasrs_export_forward(sense_voice_files):
+    """The graph is built from the model's parts (FunASR's own ``SenseVoiceSmall.forward`` is its training step):
+    it equals ``export_forward`` -- the small model's ``forward`` -- at B=2 with unequal lengths, and the lengths
+    reach it (another length changes the shorter item's logits)."""
+    import torch
+    from onnx_compat.parts.funasr import SenseVoiceGraph
+    model, _ = sense_voice_files
+    torch.manual_seed(4)
+    x, lens = torch.randn(2, 21, 560), torch.tensor([21, 12], dtype=torch.int32)
+    lang, norm = torch.tensor([4, 0], dtype=torch.int32), torch.tensor([15, 14], dtype=torch.int32)
+    with torch.no_grad():
+        graph = SenseVoiceGraph(model)(x, lens, lang, norm)
+        assert torch.equal(graph, model(x, lens, lang, norm)[0]) and graph.shape == (2, 25, 48)
+        other = SenseVoiceGraph(model)(x, torch.tensor([21, 15], dtype=torch.int32), lang, norm)
+    assert not torch.allclose(graph[1, :16], other[1, :16], atol=1e-4)

@@ -1,4 +1,4 @@
-"""sherpa-onnx's offline Paraformer contract (``OfflineRecognizer.from_paraformer``, ``sherpa-onnx-offline --paraformer``).
+"""sherpa-onnx's offline Paraformer contract (``OfflineRecognizer.from_paraformer``, ``--paraformer``).
 
 Facts from sherpa-onnx's sources (k2-fsa/sherpa-onnx 634265c9: ``offline-paraformer-model.cc``,
 ``offline-recognizer-paraformer-impl.h``, ``offline-paraformer-greedy-search-decoder.cc``, ``symbol-table.cc``),

@@ -23,7 +23,8 @@ from .base import Contract, ContractError, Finding, MetaKey, Port, axes, non_neg
 from .sherpa_funasr import FrontEnd, front_end_findings, front_end_metadata
 
 NAME = "sherpa-onnx/sense-voice"
-CONSUMER = "sherpa-onnx (offline SenseVoice: OfflineRecognizer.from_sense_voice, sherpa-onnx-offline --sense-voice-model)"
+CONSUMER = ("sherpa-onnx (offline SenseVoice: OfflineRecognizer.from_sense_voice, "
+            "sherpa-onnx-offline --sense-voice-model)")
 LANGUAGES = ("auto", "zh", "en", "ja", "ko", "yue")  # the lang_* keys sherpa-onnx reads, each required
 PREFIX = 4  # the queries prepended to the features; sherpa-onnx drops the first 4 decoded tokens
 

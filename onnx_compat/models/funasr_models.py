@@ -262,7 +262,7 @@ class SANMEncoder(SenseVoiceEncoderSmall):
         xs_pad = self.embed(xs_pad * self.output_size() ** 0.5)
         for layer in list(self.encoders0) + list(self.encoders):
             xs_pad, masks = layer(xs_pad, masks)
-        return self.after_norm(xs_pad), masks.squeeze(1).sum(1).int()
+        return self.after_norm(xs_pad), masks.squeeze(1).sum(1).int(), None
 
 
 def cif_v1(hidden: torch.Tensor, alphas: torch.Tensor, threshold: float = 1.0):
@@ -322,7 +322,9 @@ class CifPredictorV2(nn.Module):
         tail = (torch.cat([torch.ones_like(zeros), mask], 1) - torch.cat([mask, zeros], 1)) * self.tail_threshold
         return torch.cat([alphas, zeros], 1) + tail
 
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor):
+    def forward(self, hidden: torch.Tensor, target_label=None, mask: torch.Tensor = None):
+        """Inference (``target_label`` None, as FunASR's decode calls it): ``(embeddings [B, U, D], token_num
+        (floored), alphas, fires)``, ``U`` the largest ``token_num``."""
         alphas = self.alphas(hidden, mask)
         hidden = torch.cat([hidden, torch.zeros((hidden.size(0), 1, hidden.size(2)), dtype=hidden.dtype)], 1)
         acoustic_embeds, cif_peak = cif_v1(hidden, alphas, self.threshold)
@@ -423,7 +425,8 @@ class ParaformerSANMDecoder(nn.Module):
                              MultiHeadedAttentionCrossAtt(attention_heads, d, 0.0),
                              PositionwiseFeedForwardDecoderSANM(d, linear_units)) for _ in range(num_blocks))
         self.decoders2 = None
-        self.decoders3 = nn.ModuleList([DecoderLayerSANM(d, None, None, PositionwiseFeedForwardDecoderSANM(d, linear_units))])
+        self.decoders3 = nn.ModuleList([DecoderLayerSANM(d, None, None,
+                                                         PositionwiseFeedForwardDecoderSANM(d, linear_units))])
 
     def forward(self, hs_pad, hlens, ys_in_pad, ys_in_lens):
         tgt_mask = sequence_mask(ys_in_lens, ys_in_pad.size(1))[:, :, None]
@@ -451,9 +454,9 @@ class Paraformer(nn.Module):
         self.sos, self.eos, self.blank_id, self.vocab_size = sos, eos, blank_id, vocab_size
 
     def forward(self, speech: torch.Tensor, speech_lengths: torch.Tensor):
-        enc, enc_len = self.encoder(speech, speech_lengths)
+        enc, enc_len, _ = self.encoder(speech, speech_lengths)
         mask = sequence_mask(enc_len, enc.size(1))[:, None, :]
-        embeds, token_num, _, _ = self.predictor(enc, mask)
+        embeds, token_num, _, _ = self.predictor(enc, mask=mask)
         token_num = token_num.floor().type(torch.int32)
         decoder_out, _ = self.decoder(enc, enc_len, embeds, token_num)
         return torch.log_softmax(decoder_out, dim=-1), token_num

@@ -52,17 +52,28 @@ class FunAsrReport:
             json.dump(self.to_dict(), fh, indent=2)
 
 
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
 class SenseVoiceGraph(torch.nn.Module):
-    """The graph sherpa-onnx loads: ``(x, x_length, language, text_norm) -> logits`` (FunASR's ``export_forward``
-    without the lengths output, which sherpa-onnx does not read)."""
+    """The graph sherpa-onnx loads: ``(x, x_length, language, text_norm) -> logits``, FunASR's ``export_forward``
+    (``sense_voice/export_meta.py``) from the model's parts -- ``embed`` (the four prefix queries: language,
+    event 1, emotion 2, text norm), ``encoder``, ``ctc.ctc_lo`` -- so FunASR's own ``SenseVoiceSmall``, whose
+    ``forward`` is its training step, exports as well; without the lengths output, which sherpa-onnx does not
+    read."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, x, x_length, language, text_norm):
-        out = self.model(x, x_length, language, text_norm)
-        return out[0] if isinstance(out, (tuple, list)) else out
+        m = self.model
+        queries = [m.embed(language.long()).unsqueeze(1),
+                   m.embed(torch.tensor([[1, 2]], device=x.device)).repeat(x.size(0), 1, 1),
+                   m.embed(text_norm.long()).unsqueeze(1)]
+        encoded = _first(m.encoder(torch.cat([*queries, x], dim=1), x_length + 4))
+        return m.ctc.ctc_lo(encoded)
 
 
 def _graph_part(name: str, module: torch.nn.Module, width: int, classes: int, extra: Sequence[TensorSpec], meta):
@@ -126,7 +137,8 @@ def export_sense_voice(model: torch.nn.Module, out, *, tokens: Sequence[str], fr
 
     def judge(protos) -> None:
         sv.check(protos["model"], meta, front, queries)
-        run = FunAsrRun("sense-voice", sense_voice_ids(model, lang_id, norm_id, int(meta["blank_id"])),
+        decode = sense_voice_ids(SenseVoiceGraph(model), lang_id, norm_id, int(meta["blank_id"]))
+        run = FunAsrRun("sense-voice", decode,
                         sf.FrontEnd(front.n_mels, front.lfr_m, front.lfr_n, meta["neg_mean"], meta["inv_stddev"],
                                     meta["normalize_samples"] == "0"), list(tokens), language, use_itn)
         _prove(protos, tokens, run, verify, checks)
@@ -149,6 +161,56 @@ def cif_weights(alphas: torch.Tensor, token_num: torch.Tensor) -> torch.Tensor:
     return overlap.clamp(min=0) * fired.to(torch.float32)
 
 
+def _mask(lengths: torch.Tensor, frames: int) -> torch.Tensor:
+    return (torch.arange(frames, device=lengths.device)[None, :] < lengths[:, None]).to(torch.float32)
+
+
+def cif_alphas(predictor: torch.nn.Module, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T + 1]``: FunASR's ``CifPredictorV2`` weights from its parts (``pad``, ``cif_conv1d``,
+    ``cif_output``, ``smooth_factor``, ``noise_threshold``), masked by ``mask`` ``[B, T]``, with its
+    ``tail_threshold`` one frame past each item's end (``tail_process_fn``)."""
+    p = predictor
+    out = torch.relu(p.cif_conv1d(p.pad(hidden.transpose(1, 2)))).transpose(1, 2)
+    alphas = torch.relu(torch.sigmoid(p.cif_output(out)) * p.smooth_factor - p.noise_threshold).squeeze(-1) * mask
+    zeros = torch.zeros_like(mask[:, :1])
+    tail = (torch.cat([zeros + 1, mask], 1) - torch.cat([mask, zeros], 1)) * p.tail_threshold
+    return torch.cat([alphas, zeros], 1) + tail
+
+
+def paraformer_forward(model: torch.nn.Module, speech: torch.Tensor, speech_lengths: torch.Tensor):
+    """FunASR's ``export_forward`` (``paraformer/export_meta.py``) from the model's parts, with its own predictor
+    (FunASR's CIF, a data-dependent token count): ``(log-probs [N, U, V], token_num int32)``. PyTorch's side of
+    the proof; FunASR's ``Paraformer.forward`` is its training step."""
+    enc, enc_len = model.encoder(speech, speech_lengths)[:2]
+    embeds, token_num = model.predictor(enc, mask=_mask(enc_len, enc.size(1))[:, None, :])[:2]
+    token_num = token_num.floor().to(torch.int32)
+    return torch.log_softmax(_first(model.decoder(enc, enc_len, embeds, token_num)), dim=-1), token_num
+
+
+def encoder_output(encoder: torch.nn.Module, speech: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """FunASR's ``SANMEncoder.forward`` (``input_layer: pe``) from its layers, masked over the input's own length
+    (FunASR's masks ``max(lengths)`` frames, so it refuses a batch padded past its longest item: sherpa-onnx never
+    feeds one, the export's verification does)."""
+    mask = _mask(lengths, speech.size(1))[:, None, :]
+    x = encoder.embed(speech * encoder.output_size() ** 0.5)
+    for layer in list(encoder.encoders0) + list(encoder.encoders):
+        x = _first(layer(x, mask))
+    return encoder.after_norm(x)
+
+
+def decoder_logits(decoder: torch.nn.Module, enc, enc_len, embeds, token_num) -> torch.Tensor:
+    """FunASR's ``ParaformerSANMDecoder.forward`` from its layers, over ``embeds``' own length: FunASR's masks the
+    targets to ``max(token_num)`` positions, which is data-dependent; here the masks come from the lengths over
+    the given axes (the layers mask their inputs, so each item's first ``token_num`` positions do not change)."""
+    tgt_mask = _mask(token_num, embeds.size(1))[:, :, None]
+    memory_mask = _mask(enc_len, enc.size(1))[:, None, :]
+    x = embeds
+    for layers in (decoder.decoders, getattr(decoder, "decoders2", None), decoder.decoders3):
+        for layer in layers or ():
+            x = _first(layer(x, tgt_mask, enc, memory_mask))
+    return decoder.output_layer(decoder.after_norm(x))
+
+
 class ParaformerGraph(torch.nn.Module):
     """The graph sherpa-onnx loads: ``(speech, speech_lengths) -> (logits, token_num)``, FunASR's
     ``export_forward`` with three changes that keep each utterance's decode and make a padded batch decode like
@@ -165,14 +227,14 @@ class ParaformerGraph(torch.nn.Module):
 
     def forward(self, speech, speech_lengths):
         m = self.model
-        enc, enc_len = m.encoder(speech, speech_lengths)
-        mask = (torch.arange(enc.size(1), device=enc.device)[None, :] < enc_len[:, None]).to(torch.float32)
+        enc, enc_len = encoder_output(m.encoder, speech, speech_lengths), speech_lengths
+        mask = _mask(enc_len, enc.size(1))
         enc = enc * mask[:, :, None]  # padded frames as one utterance alone has them: none (zeros)
-        alphas = m.predictor.alphas(enc, mask[:, None, :])
+        alphas = cif_alphas(m.predictor, enc, mask)
         token_num = torch.floor(alphas.sum(-1))
         hidden = torch.cat([enc, torch.zeros_like(enc[:, :1])], 1)
         embeds = torch.matmul(cif_weights(alphas, token_num), hidden)
-        logits = torch.log_softmax(m.decoder(enc, enc_len, embeds, token_num.to(torch.int32))[0], dim=-1)
+        logits = torch.log_softmax(decoder_logits(m.decoder, enc, enc_len, embeds, token_num), dim=-1)
         past = torch.arange(logits.size(1), device=logits.device)[None, :] >= token_num[:, None]
         eos_row = torch.full_like(logits[:1, :1], -1e4).index_fill(2, torch.tensor([self.eos]), 0.0)
         return torch.where(past[:, :, None], eos_row, logits), token_num.to(torch.int32)
@@ -205,7 +267,8 @@ def export_paraformer(model: torch.nn.Module, out, *, tokens: Sequence[str], fro
 
     def judge(protos) -> None:
         sp.check(protos["model"], meta, front)
-        run = FunAsrRun("paraformer", paraformer_ids(model, eos), sf.FrontEnd(
+        forward = lambda speech, lengths: paraformer_forward(model, speech, lengths)  # noqa: E731
+        run = FunAsrRun("paraformer", paraformer_ids(forward, eos), sf.FrontEnd(
             front.n_mels, front.lfr_m, front.lfr_n, meta["neg_mean"], meta["inv_stddev"], True), list(tokens))
         _prove(protos, tokens, run, verify, checks)
 
