@@ -61,7 +61,7 @@ def test_unseen_encoders_smoke(tmp_path):
     assert [m["label"] for m in results] == ["time-first MHA encoder 2 x 32"]
     m = results[0]
     assert m["bare"] > 0 and m["ours"] > 0 and not m["patched"] and m["nodes"][1] > 0
-    assert {"cleanup", "verify", "total"} <= set(m["split"]) and any(k.startswith("export_") for k in m["split"])
+    assert set(m["split"]) == set(unseen_encoders.STAGES) and all(m["split"][k] > 0 for k in ("export", "cleanup", "ORT"))
     text = page.read_text()
     assert "old" not in text and "| time-first MHA encoder 2 x 32 |" in text and text.endswith("y\n")
 
@@ -117,6 +117,18 @@ def test_quantize_smoke(capsys):
     assert [r[1] for r in rows] == ["float", "int8-dynamic"] * 3
     assert all(r[2] != "-" for r in rows), [r for r in rows if r[2] == "-"]
     assert "| model | recipe |" in capsys.readouterr().out
+
+
+def test_label_scorer_kv_cache_smoke(tmp_path):
+    """benchmarks/label_scorer_latency.py's KV-cache table at its tiny size (not timed): the Transformer LM
+    written as state-managed-onnx and full-context-onnx, both steps run, the table written into its block."""
+    import label_scorer_latency
+    page = tmp_path / "label_scorers.md"
+    page.write_text("<!-- label_scorer_kv_cache -->\n<!-- /label_scorer_kv_cache -->\n")
+    tables = label_scorer_latency.main(["--tiny", "--part", "kv-cache", "--write", str(page)])
+    rows = tables["label_scorer_kv_cache"]
+    assert [r.split(" | ")[:2] for r in rows[2:]] == [["| 1", "4"], ["| 8", "4"]], rows
+    assert "| 8 | 4 | " in page.read_text()
 
 
 def test_model_size_smoke():
