@@ -21,7 +21,7 @@ from onnx_compat.contracts import ContractError, frontends
 from onnx_compat.contracts import sherpa_nemo_transducer as snt
 from onnx_compat.contracts import sherpa_nemo_transducer_consumers as cons
 from onnx_compat.models import nemo_transducer as nt
-from onnx_compat.parts.nemo_transducer import export_nemo_transducer, read_shapes
+from onnx_compat.parts.nemo_transducer import NemoDecoder, NemoEncoder, NemoJoint, export_nemo_transducer, read_shapes
 
 
 def _needs_sherpa():
@@ -46,9 +46,11 @@ def rnnt_export(tmp_path_factory):
 
 
 def _eager(model):
+    """The model's modules as sherpa-onnx calls them, the decoder in NeMo's export mode (no start symbol added)."""
     shapes = read_shapes(model, None)
-    return cons.NemoEager(model.encoder, model.decoder, model.joint, shapes.vocab_size, shapes.pred_rnn_layers,
-                          shapes.pred_hidden, shapes.durations)
+    model.decoder._prepare_for_export()
+    return cons.NemoEager(NemoEncoder(model.encoder), NemoDecoder(model.decoder), NemoJoint(model.joint),
+                          shapes.vocab_size, shapes.pred_rnn_layers, shapes.pred_hidden, shapes.durations)
 
 
 def test_nemo_rnnt_decodes_in_sherpa_onnx_like_pytorch(rnnt_export):
@@ -68,9 +70,10 @@ def test_nemo_rnnt_decodes_in_sherpa_onnx_like_pytorch(rnnt_export):
 def test_nemo_tdt_decodes_in_sherpa_onnx_like_pytorch(tmp_path):
     """TDT (durations 0..4, 128 mel bins as parakeet-tdt, 2 LSTM layers), the decoder and joiner under dynamo."""
     _needs_sherpa()
-    folder = tmp_path / "tdt"
-    report = export_nemo_transducer(nt.tdt(), str(folder),
+    folder, model = tmp_path / "tdt", nt.tdt()
+    report = export_nemo_transducer(model, str(folder),
                                     exporter={"encoder": "torchscript", "decoder": "dynamo", "joiner": "dynamo"})
+    assert model.decoder._rnnt_export is False  # NeMo's export mode was on for the export only
     assert report.parts.graphs["decoder"].exporter == "dynamo"
     assert report.metadata["feat_dim"] == "128" and report.metadata["pred_rnn_layers"] == "2"
     assert "tdt" in report.metadata["url"] and report.metadata["durations"] == "0,1,2,3,4"

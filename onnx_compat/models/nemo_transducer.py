@@ -14,7 +14,8 @@ converter reads (NVIDIA/NeMo ``nemo/collections/asr/modules/conformer_encoder.py
   subsampling masks each stage's padded frames, so an utterance in a padded batch encodes as it does alone.
 - ``RNNTDecoder``: ``prediction = {"embed": Embedding(V + 1, H, padding_idx=V), "dec_rnn": LSTM}`` with
   ``blank_as_pad`` (the blank, id V, embeds as zeros: it is the start symbol); ``forward(targets [B, U],
-  target_length, h, c) -> (g [B, H, U], target_length, h, c)`` as NeMo's ``forward_for_export``.
+  target_length, states=[h, c]) -> (g [B, H, U], target_length, [h, c])``, a zero start symbol prepended unless
+  ``_rnnt_export`` (set by ``_prepare_for_export``), as NeMo's.
 - ``RNNTJoint``: ``enc`` and ``pred`` projections, ``joint_net`` (ReLU, Linear to ``V + 1 + num_extra_outputs``);
   ``forward(encoder_outputs [B, D, T], decoder_outputs [B, H, U]) -> [B, T, U, V + 1 (+ K)]`` (log-softmax on CPU,
   NeMo's automatic choice). TDT: ``num_extra_outputs`` duration logits after the tokens'.
@@ -231,16 +232,24 @@ class RNNTDecoder(nn.Module):
             nn.Embedding(vocab_size, pred_hidden)
         self.prediction = nn.ModuleDict({"embed": embed, "dec_rnn": nn.LSTM(pred_hidden, pred_hidden,
                                                                             pred_rnn_layers)})
+        self._rnnt_export = False
 
-    def predict(self, y: torch.Tensor, state: Tuple[torch.Tensor, torch.Tensor]):
-        """``y`` ``[B, U]`` labels -> ``g`` ``[B, U, H]`` and the next ``(h, c)`` ``[layers, B, H]``."""
-        g, (h, c) = self.prediction["dec_rnn"](self.prediction["embed"](y).transpose(0, 1), state)
-        return g.transpose(0, 1), (h, c)
+    def predict(self, y: torch.Tensor, state: Optional[Sequence[torch.Tensor]] = None, add_sos: bool = True):
+        """``y`` ``[B, U]`` labels -> ``g`` ``[B, U (+ 1), H]`` and the next ``[h, c]`` ``[layers, B, H]``; with
+        ``add_sos`` a zero "start" embedding is prepended (training), not when exported."""
+        y = self.prediction["embed"](y.long())
+        if add_sos:
+            y = torch.cat([torch.zeros_like(y[:, :1]), y], dim=1)
+        g, (h, c) = self.prediction["dec_rnn"](y.transpose(0, 1), None if state is None else (state[0], state[1]))
+        return g.transpose(0, 1), [h, c]
 
-    def forward(self, targets: torch.Tensor, target_length: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
-        """NeMo's ``forward_for_export``: ``(g [B, H, U], target_length, h, c)``."""
-        g, (h, c) = self.predict(targets.long(), (h, c))
-        return g.transpose(1, 2), target_length, h, c
+    def _prepare_for_export(self, **kwargs):
+        self._rnnt_export = True
+
+    def forward(self, targets: torch.Tensor, target_length: torch.Tensor, states=None):
+        """NeMo's: ``(g [B, H, U], target_length, [h, c])``, the start symbol added unless exporting."""
+        g, state = self.predict(targets, state=states, add_sos=not self._rnnt_export)
+        return g.transpose(1, 2), target_length, state
 
 
 class RNNTJoint(nn.Module):

@@ -83,9 +83,9 @@ def _eager_findings(model, shapes: c.Shapes) -> List[Finding]:
     zeros = torch.zeros(shapes.pred_rnn_layers, 1, shapes.pred_hidden)
     try:
         with torch.no_grad():
-            g = model.decoder(torch.tensor([[shapes.vocab_size]], dtype=torch.int32),
-                              torch.tensor([1], dtype=torch.int32), zeros, zeros.clone())[0]
-            logits = model.joint(torch.zeros(1, shapes.encoder_dim, 1), g)
+            g = NemoDecoder(model.decoder)(torch.tensor([[shapes.vocab_size]], dtype=torch.int32),
+                                           torch.tensor([1], dtype=torch.int32), zeros, zeros.clone())[0]
+            logits = NemoJoint(model.joint)(torch.zeros(1, shapes.encoder_dim, 1), g)
     except Exception as exc:  # noqa: BLE001 - the model's own refusal is the finding
         return [Finding(f"decoder on the blank (id {shapes.vocab_size}: sherpa-onnx's first token) with zero states",
                         "runs (NeMo's blank_as_pad embeds it)", f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")]
@@ -110,6 +110,55 @@ def check_model(model, vocabulary, shapes: c.Shapes, meta: Mapping[str, str]) ->
     c.check(found or _eager_findings(model, shapes))
 
 
+class NemoEncoder(torch.nn.Module):
+    """NeMo's encoder as sherpa-onnx calls it (keyword arguments: NeMo's ``typecheck`` takes no others)."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, audio_signal, length):
+        out = self.encoder(audio_signal=audio_signal, length=length)
+        return out[0], out[1]
+
+
+class NemoDecoder(torch.nn.Module):
+    """NeMo's ``RNNTDecoder`` as sherpa-onnx calls it: ``(targets, target_length, h, c) -> (g, length, h, c)``, its
+    ``states=[h, c]`` list flattened; run in export mode (``_rnnt_export``: no start symbol prepended)."""
+
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, targets, target_length, h, c):
+        g, length, states = self.decoder(targets=targets, target_length=target_length, states=[h, c])
+        return g, length, states[0], states[1]
+
+
+class NemoJoint(torch.nn.Module):
+    def __init__(self, joint):
+        super().__init__()
+        self.joint = joint
+
+    def forward(self, encoder_outputs, decoder_outputs):
+        return self.joint(encoder_outputs=encoder_outputs, decoder_outputs=decoder_outputs)
+
+
+class _export_mode:
+    """The decoder's ``_rnnt_export`` on for the call (NeMo's ``_prepare_for_export`` sets it), restored after."""
+
+    def __init__(self, decoder):
+        self.decoder, self.had = decoder, getattr(decoder, "_rnnt_export", None)
+
+    def __enter__(self):
+        if self.had is not None:
+            self.decoder._rnnt_export = True
+
+    def __exit__(self, *exc):
+        if self.had is not None:
+            self.decoder._rnnt_export = self.had
+
+
 def _parts(model, shapes: c.Shapes):
     from onnx_compat.parts import Part
     from onnx_compat.streaming import StateSpec
@@ -118,16 +167,16 @@ def _parts(model, shapes: c.Shapes):
     states = [StateSpec("h", state), StateSpec("c", state)]
     t, u = Dim("enc_frames"), Dim("dec_steps")
     parts = [
-        Part("encoder", model.encoder,
+        Part("encoder", NemoEncoder(model.encoder),
              [TensorSpec("audio_signal", [n, shapes.feat_dim, Dim("time", min=16)], lengths=[2],
                          lengths_dtype=torch.int64)],
              [TensorSpec("outputs", [n, shapes.encoder_dim, Dim("frames")], lengths=[2], lengths_dtype=torch.int32)]),
-        Part("decoder", model.decoder,
+        Part("decoder", NemoDecoder(model.decoder),
              [TensorSpec("targets", [n, 1], torch.int32, values=(0, shapes.vocab_size + 1)),
               TensorSpec("target_length", [n], torch.int32, values=(1, 3))],
              [TensorSpec("outputs", [n, shapes.pred_hidden, 1]), TensorSpec("prednet_lengths", [n], torch.int32)],
              states_in=["h", "c"], states_out=["h", "c"]),
-        Part("joiner", model.joint,
+        Part("joiner", NemoJoint(model.joint),
              [TensorSpec("encoder_outputs", [n, shapes.encoder_dim, t]),
               TensorSpec("decoder_outputs", [n, shapes.pred_hidden, u])],
              [TensorSpec("outputs", [n, t, u, shapes.width])]),
@@ -147,33 +196,38 @@ def export_nemo_transducer(model, folder: str, *, vocabulary: Optional[Sequence[
     Load the files with ``OfflineRecognizer.from_transducer(..., model_type="nemo_transducer")``.
     """
     shapes = read_shapes(model, durations)
-    if vocabulary is None:
-        vocabulary = list(model.joint.vocabulary) + [c.BLANK]
+    vocabulary = list(model.joint.vocabulary) + [c.BLANK] if vocabulary is None else list(vocabulary)
+    meta = _metadata(model, shapes, metadata)
+    with _export_mode(model.decoder):
+        check_model(model, vocabulary, shapes, meta)
+        parts, states = _parts(model, shapes)
+        parts[0].metadata = meta
+        eager = NemoEager(*(p.fn for p in parts), shapes.vocab_size, shapes.pred_rnn_layers, shapes.pred_hidden,
+                          shapes.durations, "" if meta["normalize_type"] == "NA" else meta["normalize_type"])
+        checks: List[dict] = []
+
+        def judge(protos: Mapping[str, onnx.ModelProto]) -> None:
+            c.check_graphs(protos, meta, vocabulary, shapes)
+            if verify:
+                checks.extend(_in_consumers(protos, eager, vocabulary, shapes.feat_dim))
+
+        from onnx_compat.parts.export import export_parts
+        report = export_parts(parts, folder, states, exporter=exporter, checks=[judge],
+                              extra_files={"tokens.txt": c.tokens_text(vocabulary)})
+        frontend = {}
+        if verify and getattr(model, "preprocessor", None) is not None and all(k.get("ok") for k in checks):
+            frontend = frontend_difference(model.preprocessor, eager, shapes.feat_dim)
+    return NemoTransducerReport(report, meta, checks, frontend)
+
+
+def _metadata(model, shapes: c.Shapes, metadata: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The encoder's metadata from the model, the user's values on top; no normalisation known is refused."""
     normalize = _normalize_type(model)
     user = {k: str(v) for k, v in (metadata or {}).items()}
     if normalize is None and "normalize_type" not in user:
         c.check([Finding("normalize_type", "the model's preprocessor normalize (cfg.preprocessor.normalize)",
                          "none found", fix="pass metadata={'normalize_type': 'per_feature' or 'NA'}")])
-    meta = c.encoder_metadata(shapes, int(getattr(model.encoder, "subsampling_factor", 8)), normalize or "", user)
-    check_model(model, list(vocabulary), shapes, meta)
-    parts, states = _parts(model, shapes)
-    parts[0].metadata = meta
-    eager = NemoEager(model.encoder, model.decoder, model.joint, shapes.vocab_size, shapes.pred_rnn_layers,
-                      shapes.pred_hidden, shapes.durations, "" if meta["normalize_type"] == "NA" else meta["normalize_type"])
-    checks: List[dict] = []
-
-    def judge(protos: Mapping[str, onnx.ModelProto]) -> None:
-        c.check_graphs(protos, meta, vocabulary, shapes)
-        if verify:
-            checks.extend(_in_consumers(protos, eager, list(vocabulary), shapes.feat_dim))
-
-    from onnx_compat.parts.export import export_parts
-    report = export_parts(parts, folder, states, exporter=exporter, checks=[judge],
-                          extra_files={"tokens.txt": c.tokens_text(vocabulary)})
-    frontend = {}
-    if verify and getattr(model, "preprocessor", None) is not None and all(k.get("ok") for k in checks):
-        frontend = frontend_difference(model.preprocessor, eager, shapes.feat_dim)
-    return NemoTransducerReport(report, meta, checks, frontend)
+    return c.encoder_metadata(shapes, int(getattr(model.encoder, "subsampling_factor", 8)), normalize or "", user)
 
 
 def _in_consumers(protos, eager: NemoEager, vocabulary: List[str], bins: int) -> List[dict]:
