@@ -150,7 +150,9 @@ def _wide_joint():
 
 
 def _training():
-    return nt.rnnt().train()
+    model = nt.rnnt()
+    model.decoder.train()  # the container in eval mode, one part not
+    return model
 
 
 V = nt.vocabulary()
@@ -174,7 +176,7 @@ V = nt.vocabulary()
      "encoder metadata 'model_type' (routes sherpa-onnx-offline to its NeMo transducer loader)", "'conformer'"),
     (_plain_embedding, {}, "decoder on the blank (id 15: sherpa-onnx's first token) with zero states",
      "IndexError: index out of range in self"),
-    (_training, {}, "model", "training mode"),
+    (_training, {}, "model", "training mode (decoder)"),
     (lambda: torch.nn.Linear(2, 2), {}, "model", None),
 ])
 def test_bad_inputs_are_refused_before_anything_runs(model, kwargs, what, got, tmp_path):

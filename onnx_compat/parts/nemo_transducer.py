@@ -98,8 +98,10 @@ def _eager_findings(model, shapes: c.Shapes) -> List[Finding]:
 
 def check_model(model, vocabulary, shapes: c.Shapes, meta: Mapping[str, str]) -> None:
     """Everything knowable before exporting, as one ``ContractError``."""
-    if model.training:
-        c.check([Finding("model", "in eval mode (model.eval())", "training mode")])
+    training = [name for name in ("model", "encoder", "decoder", "joint")
+                if getattr(model if name == "model" else getattr(model, name), "training", False)]
+    if training:  # dropout and batch norm in training mode: the graphs would not be the model's decode
+        c.check([Finding("model", "in eval mode (model.eval())", f"training mode ({', '.join(training)})")])
     joint_vocab = list(model.joint.vocabulary)
     found = []
     if len(joint_vocab) != shapes.vocab_size:
