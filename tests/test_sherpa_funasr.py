@@ -295,3 +295,11 @@ def test_the_sense_voice_graph_is_funasrs_export_forward(sense_voice_files):
         assert torch.equal(graph, model(x, lens, lang, norm)[0]) and graph.shape == (2, 25, 48)
         other = SenseVoiceGraph(model)(x, torch.tensor([21, 15], dtype=torch.int32), lang, norm)
     assert not torch.allclose(graph[1, :16], other[1, :16], atol=1e-4)
+
+
+def test_a_model_without_funasrs_parts_is_refused(tmp_path):
+    import torch
+    error = _refused(tmp_path / "m", model=torch.nn.Linear(560, 48))
+    assert error.what == "model" and "'embed'" in error.got and "'lid_dict'" in error.got
+    error = _paraformer_refused(tmp_path / "p", model=fm.sense_voice_small())
+    assert error.what == "model" and "'predictor.pad'" in error.got

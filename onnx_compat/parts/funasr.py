@@ -90,6 +90,27 @@ def _dither_note(front: sf.FrontEnd) -> List[str]:
             "the proof decodes without dither, as sherpa-onnx computes"]
 
 
+SENSE_VOICE_PARTS = ("embed", "encoder", "ctc.ctc_lo", "lid_dict", "textnorm_dict", "blank_id")
+PARAFORMER_PARTS = ("encoder.embed", "encoder.encoders0", "encoder.encoders", "encoder.after_norm",
+                    "predictor.pad", "predictor.cif_conv1d", "predictor.cif_output", "predictor.tail_threshold",
+                    "decoder.decoders", "decoder.decoders3", "decoder.after_norm", "decoder.output_layer", "eos")
+
+
+def _check_parts(contract: str, model, names: Sequence[str]) -> None:
+    """The FunASR attributes the graph is built from, all present (else one refusal naming the missing ones)."""
+    def has(path: str) -> bool:
+        obj = model
+        for name in path.split("."):
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    missing = [n for n in names if not has(n)]
+    if missing:
+        raise ContractError(contract, [Finding("model", f"FunASR's parts {list(names)}", f"{type(model).__name__} "
+                                               f"without {missing}")])
+
+
 def _check_vocabulary(contract: str, vocabulary: Sequence[str], classes: int) -> None:
     found = sf.vocabulary_findings(vocabulary, classes)
     if found:
@@ -121,6 +142,7 @@ def export_sense_voice(model: torch.nn.Module, out, *, tokens: Sequence[str], fr
     keys (checked like them). ``verify``: decode WAV files in each installed sherpa-onnx consumer first.
     """
     from .export import export_parts
+    _check_parts(sv.NAME, model, SENSE_VOICE_PARTS)
     language = sv.choose_language(model.lid_dict, language)
     classes = model.ctc.ctc_lo.out_features
     _check_vocabulary(sv.NAME, tokens, classes)
@@ -252,6 +274,7 @@ def export_paraformer(model: torch.nn.Module, out, *, tokens: Sequence[str], fro
     from ..contracts import sherpa_paraformer as sp
     from ..contracts.sherpa_funasr_consumers import FunAsrRun, paraformer_ids
     from .export import export_parts
+    _check_parts(sp.NAME, model, PARAFORMER_PARTS)
     classes = model.decoder.output_layer.out_features
     _check_vocabulary(sp.NAME, tokens, classes)
     eos = sp.eos_id(tokens, getattr(model, "eos", None))
