@@ -24,7 +24,7 @@ from onnx_compat import graph
 from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
 from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releases
-from onnx_compat.pipeline.files import content_hash, write_atomically
+from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
 from onnx_compat.model_state import preserved
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
@@ -57,6 +57,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
         # left it (a forward that keeps what it computed on the module: AudioSeal's random message)
         proto, captured = capture.run(strategy, subject.adapter(), subject.args, subject.inputs, subject.outputs,
                                       asked, request.patches, weights=spill)
+    t_captured = time.perf_counter()
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
     record.acted, record.assumed = list(captured.acted), list(captured.assumed)
     _check_opset(proto, asked, strategy.name)
@@ -70,7 +71,8 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
                           stage="strict")
     check_dims(proto, subject.specs, "")
     t1 = time.perf_counter()
-    record.timings[f"export_{strategy.name}"] = t1 - t0
+    record.timings[f"export_{strategy.name}"] = t_captured - t0
+    record.timings["repair"] = t1 - t_captured  # int repair, OpenVINO fixes, fitting, the dims check
     # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
     serialized = None if record.repairs or record.openvino else captured.serialized
     if _wants_cleanup(request.cleanup, strategy.name, proto):
@@ -208,22 +210,25 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
     in a second thread while this one runs the eager model for the reference outputs. Verifying the
     cleaned graph alone suffices; only when it fails is the raw export checked, to say whether the
     export or the cleanup is at fault."""
-    t0 = time.perf_counter()
     subject = request.subject
     record.nodes_before_cleanup = len(proto.graph.node)
     with ThreadPoolExecutor(1) as pool:
-        cleaning = pool.submit(clean_graph, proto, weights, serialized)
+        cleaning = pool.submit(_timed, clean_graph, proto, weights, serialized)
+        t0 = time.perf_counter()
         references = reference_cases(subject.model, subject.inputs, subject.outputs, example=subject.example,
                                      seed=subject.seed + 1, examples=subject.examples,
                                      first_example_outputs=subject.example_reference,
                                      drawing=bool(subject.draws)) if request.verify else None
-        cleaned, sess = cleaning.result()
+        if request.verify:  # the eager model at the verification shapes: the proof's, while ONNX Runtime cleans
+            record.timings["references"] = time.perf_counter() - t0
+        (cleaned, sess), cleaning_took = cleaning.result()
+        t0 = time.perf_counter()
     if len(cleaned.graph.node) > len(proto.graph.node):  # nothing to fold, only rearranged: keep the export
         cleaned, sess = proto, None
     draw_inputs.in_call_order(cleaned, proto)  # node order only: the session computes the same
     _check_cleaned_dims(cleaned, proto, request, weights, references)
     t1 = time.perf_counter()
-    record.timings["cleanup"] = t1 - t0
+    record.timings["cleanup"] = cleaning_took + t1 - t0  # the optimiser's own time, not its wait for the references
     if not request.verify:
         return cleaned, None
     try:  # the session that made the graph runs it
@@ -233,6 +238,12 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         raise ExportError(f"cleanup changed the model's outputs: {exc}", stage="cleanup") from exc
     record.timings["verify"] = time.perf_counter() - t1
     return cleaned, results
+
+
+def _timed(fn, *args):
+    """``fn(*args)`` and the seconds it took, measured in the thread that runs it."""
+    t0 = time.perf_counter()
+    return fn(*args), time.perf_counter() - t0
 
 
 def metadata_entries(subject, exporter: str, user: Optional[Dict[str, str]]) -> Dict[str, str]:
@@ -351,6 +362,7 @@ def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
     step writes the model itself (``Step.writes_model``: quantization); then each step's own files; then what
     each step did on the report."""
     request.tell("writing")
+    t0 = time.perf_counter()
     proto = used.proto
     releases.fit(proto, request.target)  # a cleaned graph that was not verified is fitted here
     writer = model_writer(request.steps)
@@ -358,11 +370,11 @@ def write(request: ExportRequest, report: Report, used: Graph, spill) -> None:
         writer.write_model(request, report, proto)
     else:
         if spill is None:
-            write_atomically(proto, request.path)
+            report.model_sha256 = write_atomically(proto, request.path)
         else:
-            spill.commit(proto)
+            report.model_sha256 = spill.commit(proto)
             report.external_data = os.path.basename(request.path) + ".data" if spill.beside else None
-        report.model_sha256 = content_hash(request.path)
+    report.timings["write"] = time.perf_counter() - t0
     for step in request.steps:
         report.files += step.write_files(request, report, os.path.dirname(request.path)) or []
     for step in request.steps:

@@ -19,6 +19,7 @@ streamed into it tensor by tensor at the end, ``write_inline``).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -217,16 +218,15 @@ class WeightsFolder:
         onnx.save(proto, path)
         return path
 
-    def commit(self, proto: onnx.ModelProto) -> None:
+    def commit(self, proto: onnx.ModelProto) -> str:
         """Write the graph beside the target path, then move the data file and the graph into place
-        (``beside=False``: one file, the weights streamed into it).
+        (``beside=False``: one file, the weights streamed into it); the ``content_hash`` of the model file.
 
         A failure before the renames (no room for the graph, say) changes nothing at the target path.
         The two renames are not one atomic step: a crash between them leaves the new data file beside
         the previous graph."""
         if not self.beside:
-            write_atomically(proto, self.target, save=lambda graph, path: write_inline(graph, self.dir, path))
-            return
+            return write_atomically(proto, self.target, save=lambda graph, path: write_inline(graph, self.dir, path))
         location = _location(proto)
         data = os.path.basename(self.target) + ".data"
         for tensor in proto.graph.initializer:
@@ -235,7 +235,7 @@ class WeightsFolder:
                 _point(tensor, data, info.offset, info.length)
         then = None if location is None else \
             (lambda: _into_place(os.path.join(self.dir, location), self.target + ".data"))
-        write_atomically(proto, self.target, before_rename=then)
+        return write_atomically(proto, self.target, before_rename=then)
 
     def inline(self, proto: onnx.ModelProto) -> None:
         """The weights back inside ``proto`` (for a step that reads the whole model: a contract's
@@ -259,8 +259,9 @@ def folder_for(path: str, needed: bool, beside: bool = True) -> Iterator[Optiona
         folder.close()
 
 
-def write_inline(proto: onnx.ModelProto, base: str, path: str) -> None:
-    """``proto`` as one file at ``path``, its external weights (in ``base``) read into it one at a time.
+def write_inline(proto: onnx.ModelProto, base: str, path: str) -> str:
+    """``proto`` as one file at ``path``, its external weights (in ``base``) read into it one at a time;
+    the ``content_hash`` of the bytes written.
 
     Protobuf merges repeated occurrences of a message field, so the graph without weights followed by one
     ``ModelProto(graph=GraphProto(initializer=[t]))`` per tensor parses as the model with its initializers
@@ -268,9 +269,12 @@ def write_inline(proto: onnx.ModelProto, base: str, path: str) -> None:
     shell = onnx.ModelProto()
     shell.CopyFrom(proto)
     del shell.graph.initializer[:]
+    digest = hashlib.sha256()
     with _ExternalBytes(base) as external, open(path, "wb") as out:
-        out.write(shell.SerializeToString())
-        del shell
+        data = shell.SerializeToString()
+        digest.update(data)
+        out.write(data)
+        del shell, data
         for tensor in proto.graph.initializer:
             piece = onnx.ModelProto()
             inside = piece.graph.initializer.add()
@@ -279,8 +283,11 @@ def write_inline(proto: onnx.ModelProto, base: str, path: str) -> None:
                 del inside.external_data[:]
                 inside.data_location = onnx.TensorProto.DEFAULT
                 inside.raw_data = external.read(tensor)
-            out.write(piece.SerializeToString())
-            del piece, inside
+            data = piece.SerializeToString()
+            digest.update(data)
+            out.write(data)
+            del piece, inside, data
+    return "sha256:" + digest.hexdigest()
 
 
 def _into_place(source: str, target: str) -> None:
