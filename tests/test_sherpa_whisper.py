@@ -13,6 +13,7 @@ import base64
 import json
 import os
 
+import onnx
 import pytest
 import torch
 
@@ -263,3 +264,42 @@ def test_a_multilingual_model_without_its_language_lists_is_a_finding():
     del meta["all_language_codes"]
     assert [(f.what, f.got) for f in sw.metadata_findings(meta, vocabulary, {})] == \
         [("metadata 'all_language_codes'", "missing")]
+
+
+def test_the_cli_writes_the_whisper_folder(fine_tune, tmp_path, capsys):
+    """``onnx-compat export hf:DIR --contract sherpa-onnx/whisper --language de --out FOLDER``: the folder of the
+    two graphs and tokens.txt, with the language in the metadata's sot_sequence (the consumers' decode proof is
+    the library's, tested above; here the command routes to it)."""
+    from onnx_compat.cli import main
+    out = tmp_path / "model"
+    code = main(["export", f"hf:{fine_tune}", "--contract", "sherpa-onnx/whisper", "--language", "de",
+                 "--exporter", "torchscript", "--no-verify", "--quiet", "--out", str(out),
+                 "--json", str(tmp_path / "report.json")])
+    assert code == 0, capsys.readouterr()
+    assert sorted(os.listdir(out)) == ["decoder.onnx", "encoder.onnx", "tokens.txt"]
+    meta = {p.key: p.value for p in onnx.load(str(out / "encoder.onnx"), load_external_data=False).metadata_props}
+    vocab = hw.read_vocabulary(str(fine_tune))
+    assert meta["sot_sequence"].split(",")[1] == str(vocab.languages["de"])
+    assert json.loads((tmp_path / "report.json").read_text())["language"] == "de"
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--contract", "sherpa-onnx/whisper", "--language", "xx"], "language"),   # a language the model lacks
+    (["--language", "de"], "--language"),                                      # --language without the contract
+])
+def test_the_cli_refuses_whisper_options_before_any_work(fine_tune, tmp_path, capsys, argv, option):
+    from onnx_compat.cli import main
+    out = tmp_path / "model"
+    code = main(["export", f"hf:{fine_tune}", "--quiet", "--out", str(out), *argv])
+    assert code == 2, capsys.readouterr()
+    assert option in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_cli_refuses_the_whisper_contract_for_a_factory(tmp_path, capsys):
+    from onnx_compat.cli import main
+    code = main(["export", "onnx_compat.models.conformer:demo_job", "--contract", "sherpa-onnx/whisper",
+                 "--out", str(tmp_path / "m")])
+    assert code == 2
+    assert "hf:DIR" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)

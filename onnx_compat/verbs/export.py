@@ -15,9 +15,13 @@ from onnx_compat.huggingface import cli as hf_cli
 RUNTIME_HELP = "verify in another runtime too: a venv's python, node:FOLDER with onnxruntime-node, or openvino"
 
 
+#: contracts of a checkpoint folder (``hf:DIR``) that write a folder of graphs rather than one model
+FOLDER_CONTRACTS = {"sherpa-onnx/whisper": ("encoder.onnx", "decoder.onnx", "tokens.txt")}
+
+
 def _contracts():
     from onnx_compat.contracts import CONTRACTS
-    return [c.name for c in CONTRACTS]
+    return [c.name for c in CONTRACTS] + list(FOLDER_CONTRACTS)
 
 
 def _recipes():
@@ -33,7 +37,7 @@ def _target(text: str) -> None:
 def add_parser(sub) -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export a model from a factory (or hf:DIR), verify it, write it")
     e.add_argument("factory", help="MODULE:FACTORY, or hf:DIR for a transformers checkpoint folder")
-    e.add_argument("--out", required=True, help="the .onnx file to write")
+    e.add_argument("--out", required=True, help="the .onnx file to write (a folder for --contract sherpa-onnx/whisper)")
     e.add_argument("--exporter", default="auto", choices=EXPORTERS)
     e.add_argument("--json", help="also write the report as JSON here (no progress lines then)")
     e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -50,7 +54,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="weights in OUT.data beside the graph (automatic from 1 GiB of weights; less memory)")
     e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=RUNTIME_HELP)
     e.add_argument("--contract", choices=LazyChoices(_contracts), metavar="NAME",
-                   help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding, ...")
+                   help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding, ...; "
+                        "hf:DIR also takes sherpa-onnx/whisper (--out is then a folder)")
+    e.add_argument("--language", metavar="CODE",
+                   help="--contract sherpa-onnx/whisper only: the language the export decodes with (checked against "
+                        "the model's; default en, or the model's first)")
     e.add_argument("--vocabulary", help="the contract's tokens, one per line (blank included)")
     e.add_argument("--quantize", choices=LazyChoices(_recipes), metavar="RECIPE",
                    help="write an int8/float16 model, verified against the float one: auto (the fastest recipe "
@@ -65,6 +73,15 @@ def files(args: argparse.Namespace) -> Files:
     automatic from 1 GiB of weights), the float model beside a quantized one, a contract's files, an
     ``hf:DIR``'s runtime files, the report."""
     out = os.path.abspath(args.out)
+    _check_folder_contract(args)
+    if args.contract in FOLDER_CONTRACTS:
+        found = Files()
+        hf_cli.declare_files(args.factory, out, False, found)
+        found.write(out, "--out", f"the folder of {args.contract}'s files", folder=True)
+        if os.path.isdir(out):  # its files, each a file that must not be another of the command's
+            for name in FOLDER_CONTRACTS[args.contract]:
+                found.write(os.path.join(out, name), "--out", f"the contract's {name}")
+        return found.write(args.json, "--json", "the report")
     found = Files().read(args.examples, "--examples", "the examples").read(args.vocabulary, "--vocabulary",
                                                                          "the tokens")
     declare_runtimes(found, args.runtime)
@@ -77,6 +94,26 @@ def files(args: argparse.Namespace) -> Files:
     for name in _contract_files(args.contract):
         found.write(os.path.join(os.path.dirname(out), name), "--contract", f"the contract's {name}")
     return found.write(args.json, "--json", "the report")
+
+
+def _check_folder_contract(args: argparse.Namespace) -> None:
+    """A folder contract needs an ``hf:DIR`` source; ``--language`` needs a folder contract: usage errors (exit 2)
+    before any work."""
+    if args.contract in FOLDER_CONTRACTS and not hf_cli.is_hf_source(args.factory):
+        raise UsageError(f"--contract {args.contract} takes a checkpoint folder (hf:DIR), not {args.factory!r}",
+                         option="--contract")
+    if args.language is not None and args.contract not in FOLDER_CONTRACTS:
+        raise UsageError("--language is for --contract sherpa-onnx/whisper only", option="--language")
+    folder = args.factory[len(hf_cli.PREFIX):]
+    if args.language is not None and os.path.isdir(folder):  # a language the checkpoint lacks is a bad value
+        from onnx_compat.contracts.base import ContractError
+        from onnx_compat.contracts.sherpa_whisper import choose_language
+        from onnx_compat.huggingface.whisper import read_vocabulary
+        try:
+            choose_language(read_vocabulary(folder), args.language)
+        except ContractError as e:
+            raise UsageError(f"--language {args.language}: {e.findings[0].expected}, not in {folder}",
+                             option="--language") from None
 
 
 def declare_runtimes(found: Files, runtimes) -> Files:
@@ -94,7 +131,7 @@ def declare_runtimes(found: Files, runtimes) -> Files:
 
 def _contract_files(name) -> list:
     """The names of the files the contract ``name`` writes beside the model (sherpa-onnx's tokens.txt)."""
-    if name is None:
+    if name is None or name in FOLDER_CONTRACTS:
         return []
     import onnx
     from onnx_compat.contracts import CONTRACTS
@@ -117,6 +154,8 @@ def export_from(args: argparse.Namespace):
     out = os.path.abspath(args.out)
     examples = load_examples(args.examples)
     kwargs = options(args, progress_for(args))
+    if args.language is not None:
+        kwargs["language"] = args.language
     if hf_cli.is_hf_source(args.factory):
         report = hf_cli.export_hf(args.factory, out, args.task, copy_files=not args.no_files, examples=examples,
                                   sizes=pairs(args.size, "--size", int_at_least(1, "a size")) or None, **kwargs)
