@@ -32,6 +32,7 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
+from . import scan_loops
 from .batch_rows import BatchRow
 from .unrolled_rows import remember_rows
 from .when import torchscript_exporting
@@ -64,11 +65,23 @@ def _is_dynamic(size) -> bool:
     return bool(getattr(size.node, "expr", None) is not None and size.node.expr.free_symbols)
 
 
-def _refuse_at(frame, what: str, size) -> None:
+def _refuse_at(frame, what: str, size, why: str = "") -> None:
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    why = f" (not run as a scan: {why})" if why else ""
     _refuse(f"{where}: {what} the dynamic size {size.node.expr}: a Python loop or list sized by it is unrolled "
-            f"at the example's value, so the exported graph would hold only that many steps. Write it with "
-            f"tensor ops over the whole dim (or make the dim static)")
+            f"at the example's value, so the exported graph would hold only that many steps{why}. Write it with "
+            f"tensor ops over the whole dim, or a loop that carries state as a step function run by "
+            f"torch._higher_order_ops.scan (an ONNX Scan), or make the dim static")
+
+
+def _as_scan(frame, xs_of, by_index: bool = False):
+    """Run the model's loop at ``frame``'s line as a scan (``scan_loops.py``): None when it was, else why not."""
+    loop = scan_loops.loop_at(frame)
+    try:
+        scan_loops.lift(frame, loop, xs_of(loop), by_index)
+    except scan_loops.NotLiftable as why:
+        return str(why)
+    return None
 
 
 def _unbind(wrapped, instance, args, kwargs):
@@ -85,8 +98,12 @@ def _unbind(wrapped, instance, args, kwargs):
         if _is_dynamic(size) and b["dim"] % x.dim() == 0 and _iterating() and _rows_are_padded():
             return (BatchRow(x),)  # every row at once: a length regulator is lifted (batch_rows.py)
         if _is_dynamic(size):
-            _refuse_at(frame, f"unbinding (iterating over) dim {b['dim'] % x.dim()} of a tensor of shape "
-                              f"{tuple(x.shape)} loops over", size)
+            dim = b["dim"] % x.dim()
+            why = _as_scan(frame, lambda loop: x.movedim(dim, 0))
+            if why is None:
+                return ()  # the loop ran as a scan: its Python loop runs no step
+            _refuse_at(frame, f"unbinding (iterating over) dim {dim} of a tensor of shape "
+                              f"{tuple(x.shape)} loops over", size, why)
     return wrapped(*args, **kwargs)
 
 
@@ -145,7 +162,10 @@ def _index(wrapped, instance, args, kwargs):
     strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
     frame = _model_frame()
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
-        _refuse_at(frame, "range() takes", instance)
+        why = _as_scan(frame, lambda loop: scan_loops.scanned_range(loop, instance), by_index=True)
+        if why is None:
+            return 0  # the loop ran as a scan: range(0), no Python step
+        _refuse_at(frame, "range() takes", instance, why)
     return wrapped(*args, **kwargs)
 
 

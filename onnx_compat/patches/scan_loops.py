@@ -1,0 +1,290 @@
+"""A Python loop over a dynamic dim that carries state, run as one ``torch`` scan while dynamo traces.
+
+Custom recurrent cells and sequential scans are written as Python loops over time::
+
+    h = x.new_zeros(B, H); outs = []
+    for x_t in x.unbind(1):          # or: for t in range(x.size(1)): ... x[:, t] ...
+        h = self.cell(x_t, h)
+        outs.append(h)
+    y = torch.stack(outs, 1)
+
+Neither exporter writes a Python loop as a graph loop: TorchScript unrolls it at the example's length,
+dynamo specialises the dim. torch 2.13 does export ``torch._higher_order_ops.scan`` as an ONNX ``Scan``
+(measured: an RNN cell's scan verifies at lengths 1, 37 and 148). So when ``dynamic_loops`` meets such a
+loop (``loops.py``), the loop's source is read (``ast``) and, if its body is a step (assignments whose
+names are the carried state, ``list.append`` of per-step outputs), the body is compiled as a step
+function and run through ``scan`` over the dim; the carried names are written back into the model's
+frame, and each output list receives one ``StackedSteps`` standing for all its steps, which
+``torch.stack`` / ``torch.cat`` of the list turn into the scan's stacked output. The loop itself then
+runs zero times.
+
+What is not lifted is refused by ``loops.py`` naming the line and the reason (a subscript store such as a
+mask zeroed row by row, ``break``, a list read otherwise than stacked, a carried value that is not a
+tensor, a body the scan cannot trace). The checks are on the source, before anything runs, so a loop
+that is lifted computes exactly what its Python loop computes, step by step.
+"""
+from __future__ import annotations
+
+import ast
+import ctypes
+import functools
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from onnx_compat.errors import UnsupportedPattern
+
+_FORBIDDEN = (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal,
+              ast.Delete, ast.Await)
+
+
+class NotLiftable(Exception):
+    """Why a loop is not run as a scan (said in the loop refusal)."""
+
+
+@dataclass
+class _Plan:
+    loop: ast.For
+    carries: List[str] = field(default_factory=list)
+    lists: List[str] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=64)
+def _function_ast(code) -> Optional[ast.AST]:
+    """The function's source parsed, its line numbers those of the file."""
+    try:
+        lines, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, max(start, 1) - 1)
+    return tree
+
+
+def loop_at(frame) -> Optional[ast.For]:
+    """The innermost ``for`` statement whose iterable is on the frame's current line."""
+    tree = _function_ast(frame.f_code)
+    if tree is None:
+        return None
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.For)
+             and node.iter.lineno <= frame.f_lineno <= (node.iter.end_lineno or node.iter.lineno)]
+    return max(found, key=lambda n: n.lineno, default=None)
+
+
+def _check_body(loop: ast.For) -> None:
+    if loop.orelse:
+        raise NotLiftable("it has an else: clause")
+    if not isinstance(loop.target, ast.Name):
+        raise NotLiftable("its loop variable is not a single name")
+    for node in (n for stmt in loop.body for n in ast.walk(stmt)):
+        if isinstance(node, _FORBIDDEN):
+            raise NotLiftable(f"its body has a '{type(node).__name__.lower()}' statement")
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            raise NotLiftable(f"its body stores into {ast.unparse(node)} (line {node.lineno}), which a scan "
+                              f"step cannot carry; a store by rows is a mask or a where() over the whole dim")
+
+
+def _appended(stmt) -> Optional[str]:
+    """``L.append(e)`` as a statement: the list's name."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append" \
+            and isinstance(call.func.value, ast.Name) and len(call.args) == 1 and not call.keywords:
+        return call.func.value.id
+    return None
+
+
+def _names(nodes, ctx) -> List[ast.Name]:
+    return [n for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)]
+
+
+def _plan(tree, loop: ast.For, local: Dict[str, object]) -> _Plan:
+    """Which names the loop carries and which lists collect its steps; NotLiftable when neither is sound."""
+    _check_body(loop)
+    plan = _Plan(loop)
+    plan.lists = [name for name in map(_appended, loop.body) if name is not None]
+    for name in plan.lists:
+        if plan.lists.count(name) > 1 or local.get(name) != [] or not isinstance(local.get(name), list):
+            raise NotLiftable(f"'{name}' is appended to more than once a step, or was not an empty list before")
+    loads_in_body = [n.id for n in _names(loop.body, ast.Load)]
+    for name in plan.lists:
+        if loads_in_body.count(name) != 1:
+            raise NotLiftable(f"its body reads the list '{name}' it appends to")
+    stored = {n.id for n in _names(loop.body, ast.Store)} - {loop.target.id}
+    plan.carries = sorted(name for name in stored if name in local)
+    for name in plan.carries:
+        if not isinstance(local[name], torch.Tensor):
+            raise NotLiftable(f"it carries '{name}', which is a {type(local[name]).__name__} before the loop, "
+                              f"not a tensor")
+    _check_after(tree, loop, plan, stored - set(plan.carries))
+    return plan
+
+
+def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
+    """Outside the loop a step's temporary is never read, and a step list only as ``torch.stack/cat(L, ...)``."""
+    inside = {id(n) for n in ast.walk(loop)}
+    stacked = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call) and call.args
+               and isinstance(call.func, ast.Attribute) and call.func.attr in ("stack", "cat")
+               and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"}
+    for name in _names([tree], ast.Load):
+        if id(name) in inside:
+            continue
+        if name.id in temporaries or name.id == loop.target.id:
+            raise NotLiftable(f"'{name.id}', set in the loop, is read after it (line {name.lineno})")
+        if name.id in plan.lists and id(name) not in stacked and name.lineno > loop.lineno:
+            raise NotLiftable(f"the list '{name.id}' is used at line {name.lineno} other than as "
+                              f"torch.stack/torch.cat(...)")
+
+
+class _TakeStep(ast.NodeTransformer):
+    """``x[:, t]`` with ``t`` the step's index (a 0-d tensor in a scan): ``index_select`` on that dim, which
+    traces as a gather; a subscript by a tensor would read ``t`` as a Python number."""
+
+    def __init__(self, index: str):
+        self.index = index
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        at = [k for k, p in enumerate(parts) if isinstance(p, ast.Name) and p.id == self.index]
+        full = all(isinstance(p, ast.Slice) and p.lower is p.upper is p.step is None
+                   for k, p in enumerate(parts) if k not in at)
+        if not isinstance(node.ctx, ast.Load) or len(at) != 1 or not full:
+            return node
+        call = ast.Call(ast.Name("__oc_take", ast.Load()), [node.value, ast.Constant(at[0]),
+                                                             ast.Name(self.index, ast.Load())], [])
+        return ast.copy_location(call, node)
+
+
+def _take(x, dim: int, index):
+    return x.index_select(dim, index.reshape(1)).squeeze(dim)
+
+
+def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef:
+    """``make(free...) -> step(carry, x_t) -> (carry, outputs)``: the model's locals the body reads are the
+    step's closure (as globals, dynamo's guards would look them up in the model's module)."""
+    body = []
+    for stmt in loop.body:
+        name = _appended(stmt)
+        if name is not None:
+            stmt = ast.copy_location(ast.Assign([ast.Name(f"__oc_y_{plan.lists.index(name)}", ast.Store())],
+                                                 stmt.value.args[0]), stmt)
+        body.append(stmt)
+    carries, outs = "".join(c + ", " for c in plan.carries), "".join(
+        f"__oc_y_{k}, " for k in range(len(plan.lists)))
+    src = (f"def __oc_make(__oc_take, {''.join(f + ', ' for f in free)}):\n"
+           f"    def __oc_step(__oc_carry, __oc_x):\n        {loop.target.id} = __oc_x\n"
+           f"        ({carries}) = __oc_carry\n        pass\n        return ({carries}), ({outs})\n"
+           f"    return __oc_step\n")
+    make = ast.parse(src).body[0]
+    for node in ast.walk(make):
+        node.lineno = node.end_lineno = loop.lineno
+    make.body[0].body[2:3] = body
+    return make
+
+
+def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], by_index: bool):
+    """The loop body compiled as a step function with the body's own line numbers (a warning or error in a
+    step names the model's line), in the model's module globals."""
+    stored = {n.id for n in _names(loop.body, ast.Store)} | {loop.target.id}
+    free = sorted(({n.id for n in _names(loop.body, ast.Load)} & set(local)) - stored)
+    make = _step_source(loop, plan, free)
+    if by_index:
+        make = _TakeStep(loop.target.id).visit(make)
+    ast.fix_missing_locations(make)
+    made: Dict[str, object] = {}
+    exec(compile(ast.Module([make], []), frame.f_code.co_filename, "exec"), frame.f_globals, made)
+    return made["__oc_make"](_take, *(local[f] for f in free))
+
+
+def _fresh(values) -> Tuple[torch.Tensor, ...]:
+    """A scan's outputs may not alias its carry or inputs (a step returning ``h`` as both)."""
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            raise NotLiftable(f"a step gives a {type(v).__name__}, not a tensor")
+    return tuple(v.clone() for v in values)
+
+
+def _write_back(frame, values: Dict[str, object]) -> None:
+    """Rebind the model frame's carried names to the scan's final state."""
+    if not values:
+        return
+    if sys.version_info >= (3, 13):  # PEP 667: f_locals writes through
+        for name, value in values.items():
+            frame.f_locals[name] = value
+        return
+    frame.f_locals.update(values)
+    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+
+
+def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = False) -> None:
+    """Run ``loop`` (at ``frame``'s line) as a scan over ``xs``'s dim 0; NotLiftable says why not."""
+    if loop is None:
+        raise NotLiftable("its source is not a 'for' statement on that line")
+    local = dict(frame.f_locals)
+    plan = _plan(_function_ast(frame.f_code), loop, local)
+    if not plan.lists and not plan.carries:
+        raise NotLiftable("its body neither carries a tensor nor appends a step's output")
+    step = _step_function(loop, plan, frame, local, by_index)
+    from torch._higher_order_ops.scan import scan
+
+    def combine(carry, x_t):
+        new, outs = step(carry, x_t)
+        return _fresh(new), _fresh(outs)
+
+    try:
+        final, ys = scan(combine, tuple(local[c] for c in plan.carries), xs)
+    except (UnsupportedPattern, NotLiftable):
+        raise
+    except Exception as error:  # the body could not be traced as a step: refused, naming why
+        raise NotLiftable(f"its body does not trace as a scan step ({type(error).__name__}: "
+                          f"{str(error).strip().splitlines()[0][:300] if str(error).strip() else ''})") from error
+    _write_back(frame, dict(zip(plan.carries, final)))
+    site = f"{frame.f_code.co_filename}:{loop.lineno}"
+    for name, y in zip(plan.lists, ys):
+        local[name].append(StackedSteps(y, site))
+
+
+def scanned_range(loop: Optional[ast.For], size) -> torch.Tensor:
+    """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step)."""
+    it = None if loop is None else loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+            and len(it.args) == 1 and not it.keywords):
+        raise NotLiftable("its iterable is not range(size) of one argument")
+    return torch.arange(size)
+
+
+class StackedSteps:
+    """Every step's output of a lifted loop, as its list's one element: ``torch.stack(L, d)`` is the scan's
+    output with its step dim moved to ``d``, ``torch.cat(L, d)`` that folded into dim ``d``. Anything else
+    done with it is refused naming the loop."""
+
+    def __init__(self, y: torch.Tensor, site: str):
+        self.y, self.site = y, site
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        tensors = args[0] if args else kwargs.pop("tensors", None)
+        dim = args[1] if len(args) > 1 else kwargs.pop("dim", 0)
+        if func in (torch.stack, torch.cat) and isinstance(tensors, (list, tuple)) and len(tensors) == 1 \
+                and isinstance(tensors[0], StackedSteps) and not kwargs and isinstance(dim, int):
+            y = tensors[0].y
+            if func is torch.stack:
+                return y.movedim(0, dim % y.dim())
+            d = dim % (y.dim() - 1)
+            return y.movedim(0, d).flatten(d, d + 1)
+        site = next((a.site for a in (tensors if isinstance(tensors, (list, tuple)) else ())
+                     if isinstance(a, StackedSteps)), "the loop")
+        raise UnsupportedPattern(f"{site}: the steps of a loop run as a scan are used by {func.__name__}(); "
+                                 f"only torch.stack(list, dim) or torch.cat(list, dim) of the whole list is "
+                                 f"supported")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # protocol probes (hasattr) see a plain object
+            raise AttributeError(name)
+        raise UnsupportedPattern(f"{self.site}: a step's output of a loop run as a scan is used (.{name}); only "
+                                 f"torch.stack(list, dim) or torch.cat(list, dim) of the whole list is supported")

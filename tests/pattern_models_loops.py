@@ -1,0 +1,80 @@
+"""Small models of issue #47 items 2 and 3: Python loops over a dynamic dim (``test_loops.py``).
+
+Each is written the way users write it: a recurrent cell stepped over time (``unbind(1)``, ``range(T)``), a
+selective scan joined with ``cat``, a mask zeroed row by row over the batch, a scan over log2(T) levels.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+class TanhCell(nn.Module):
+    """A hand-written Elman cell."""
+
+    def __init__(self, d_in: int = 8, hidden: int = 16):
+        super().__init__()
+        self.inp, self.rec = nn.Linear(d_in, hidden), nn.Linear(hidden, hidden)
+
+    def forward(self, x_t, h):
+        return torch.tanh(self.inp(x_t) + self.rec(h))
+
+
+class UnbindRNN(nn.Module):
+    """``for x_t in x.unbind(1)``: the state carried, each step's state stacked over time."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = TanhCell()
+
+    def forward(self, x):
+        h = x.new_zeros(x.shape[0], 16)
+        outs = []
+        for x_t in x.unbind(1):
+            h = self.cell(x_t, h)
+            outs.append(h)
+        return torch.stack(outs, 1)
+
+
+class RangeLSTM(nn.Module):
+    """``for t in range(x.size(1))`` with ``x[:, t]``: two carried states (an LSTM cell), a per-step output
+    joined with ``cat``, and the final state used after the loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(8, 12)
+        self.gate = nn.Parameter(torch.randn(12))
+
+    def forward(self, x):
+        h = x.new_zeros(x.shape[0], 12)
+        c = torch.zeros_like(h)
+        ys = []
+        for t in range(x.size(1)):
+            h, c = self.cell(x[:, t], (h, c))
+            gated = h * torch.sigmoid(self.gate)
+            ys.append(gated.unsqueeze(1))
+        return torch.cat(ys, 1) + c.unsqueeze(1)
+
+
+class RowMask(nn.Module):
+    """A mask zeroed row by row over the batch: ``for i in range(B): mask[i, lengths[i]:] = 0``."""
+
+    def forward(self, x, lengths):
+        mask = torch.ones(x.shape[0], x.shape[1])
+        for i in range(x.shape[0]):
+            mask[i, lengths[i]:] = 0
+        return torch.tanh(x) * mask[..., None]
+
+
+class Log2Scan(nn.Module):
+    """A parallel (Hillis-Steele) cumulative sum over ceil(log2 T) levels: the trip count is a function of T."""
+
+    def forward(self, x):
+        T = x.shape[1]
+        y = x
+        for k in range(math.ceil(math.log2(T))):
+            d = 2 ** k
+            y = y + nn.functional.pad(y[:, :-d], (0, 0, d, 0))
+        return y
