@@ -9,6 +9,7 @@ mel de-normalised by the data statistics. Differences from upstream, at this siz
 VITS's (``onnx_compat.models.vits.Encoder``) instead of rotary; the estimator is a small conv net with a sinusoidal
 time embedding instead of the 1D U-Net with transformer blocks.
 
+The graph sherpa-onnx loads (``MatchaGraph`` in ``onnx_compat/parts/sherpa_tts.py``) fixes the ODE steps.
 ``HifiGan`` is VITS's HiFi-GAN ``Generator`` on the mel (``[1, n_mels, T] -> [1, T * hop]``); ``Vocos`` a ConvNeXt
 backbone with Vocos's ISTFT head returning magnitude, cos and sin ``[1, n_fft/2+1, T]`` (sherpa-onnx does the
 inverse STFT itself; ``Vocos.waveform`` is PyTorch's, ``torch.istft`` with a Hann window, center=True).
@@ -115,17 +116,6 @@ class MatchaTTS(nn.Module):
         mu_y = torch.matmul(attn, mu_x.transpose(1, 2)).transpose(1, 2)
         decoder_outputs = self.decoder(mu_y, y_mask, n_timesteps, temperature)
         return decoder_outputs * self.mel_std + self.mel_mean
-
-
-class MatchaGraph(nn.Module):
-    """The graph sherpa-onnx loads: ``(x, x_length, scales[2]) -> mel``, the ODE steps fixed at construction."""
-
-    def __init__(self, model: MatchaTTS, n_timesteps: int):
-        super().__init__()
-        self.model, self.n_timesteps = model, n_timesteps
-
-    def forward(self, x, x_length, scales):
-        return self.model.synthesise(x, x_length, self.n_timesteps, temperature=scales[0], length_scale=scales[1])
 
 
 class HifiGan(nn.Module):

@@ -22,6 +22,7 @@ import torch
 
 from ..contracts import sherpa_tts as st
 from ..contracts.base import ContractError, Finding
+from ..pipeline.steps import Step
 from ..spec import Dim, TensorSpec
 
 PROOF_TEXTS = 3
@@ -184,10 +185,43 @@ def export_vits(model: torch.nn.Module, out, *, tokens: Mapping[str, int], lexic
                      ["noise scales 0 in the proof: the graph's randn_like draws are multiplied by 0 on both sides"])
 
 
+class DeclaredStaticDims(Step):
+    """A declared static output dim the exporter left symbolic (TorchScript names Vocos's ``n_fft/2+1`` bins
+    ``Clipmag_dim_1``) is written into the graph's output shape: verification ran the graph and compared that
+    size with eager's. The contract's static-axis checks then read what the consumer gets."""
+
+    name = "tts-static-dims"
+
+    def __init__(self, outputs: Sequence[TensorSpec]) -> None:
+        self.declared, self.changed = {s.name: s.dims for s in outputs}, []
+
+    def before_write(self, request, report, proto) -> None:
+        for value in proto.graph.output:
+            for axis, (dim, want) in enumerate(zip(value.type.tensor_type.shape.dim, self.declared.get(value.name, ()))):
+                if isinstance(want, int) and not dim.HasField("dim_value"):
+                    self.changed.append(f"{value.name} dim {axis}: {dim.dim_param or '?'} -> {want}")
+                    dim.Clear()
+                    dim.dim_value = want
+
+    def describe(self) -> dict:
+        return {"stamped": list(self.changed)}
+
+
+class MatchaGraph(torch.nn.Module):
+    """The acoustic graph sherpa-onnx loads: ``(x, x_length, scales[2]) -> mel`` over a Matcha model's
+    ``synthesise``, the ODE steps fixed at construction (sherpa-onnx feeds no step count)."""
+
+    def __init__(self, model: torch.nn.Module, n_timesteps: int):
+        super().__init__()
+        self.model, self.n_timesteps = model, n_timesteps
+
+    def forward(self, x, x_length, scales):
+        return self.model.synthesise(x, x_length, self.n_timesteps, temperature=scales[0], length_scale=scales[1])
+
+
 def matcha_waveform(acoustic, vocoder, kind: str, steps: int, ids: Sequence[int]) -> np.ndarray:
     """PyTorch's waveform of one sentence's ids: the acoustic model with ``steps`` Euler steps, noise 0, length 1,
     then the vocoder (Vocos: its magnitude and phase through ``torch.istft``, a Hann window, center=True)."""
-    from ..models.matcha_tts import MatchaGraph
     x = torch.tensor([list(ids)], dtype=torch.long)
     with torch.no_grad():
         mel = MatchaGraph(acoustic, steps).eval()(x, torch.tensor([x.shape[1]]), torch.tensor([0.0, 1.0]))
@@ -196,18 +230,19 @@ def matcha_waveform(acoustic, vocoder, kind: str, steps: int, ids: Sequence[int]
 
 
 def _matcha_parts(acoustic, vocoder, kind: str, steps: int, meta, vocoder_meta):
-    from ..models.matcha_tts import MatchaGraph
     from . import Part
     n_vocab, bins = acoustic.encoder.emb.num_embeddings, st.mel_bins(acoustic)
     inputs = [TensorSpec("x", [1, Dim("L", min=4, max=80, example=12)], torch.int64, values=(0, n_vocab)),
               TensorSpec("x_length", [1], torch.int64, values=(1, 4)),
               TensorSpec("scales", [2], torch.float32, values=(0.5, 1.2))]
-    acoustic_part = Part("acoustic_model", MatchaGraph(acoustic, steps), inputs,
-                         [TensorSpec("mel", [1, bins, Dim("frames")])], metadata=meta)
+    mel_out = [TensorSpec("mel", [1, bins, Dim("frames")])]
+    acoustic_part = Part("acoustic_model", MatchaGraph(acoustic, steps), inputs, mel_out, metadata=meta,
+                         steps=[DeclaredStaticDims(mel_out)])
     mel = [TensorSpec("mel", [1, bins, Dim("frames", min=4, max=200, example=20)])]
     outs = [TensorSpec("audio", [1, Dim("samples")])] if kind == "hifigan" else \
         [TensorSpec(n, [1, vocoder.n_fft // 2 + 1, Dim("frames_out")]) for n in ("mag", "x", "y")]
-    return [acoustic_part, Part("vocoder", vocoder, mel, outs, metadata=vocoder_meta)]
+    return [acoustic_part, Part("vocoder", vocoder, mel, outs, metadata=vocoder_meta,
+                                steps=[DeclaredStaticDims(outs)])]
 
 
 def export_matcha(acoustic: torch.nn.Module, vocoder: torch.nn.Module, out, *, vocoder_type: str,
