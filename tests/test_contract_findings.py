@@ -125,10 +125,12 @@ def test_the_lone_runs_decide_the_cause():
 def test_the_names_table_is_every_contract_with_its_entry_point():
     """``names.CALLS`` is the contract objects' names, each with the function that writes it."""
     from onnx_compat.contracts import sherpa_nemo_transducer, sherpa_paraformer, sherpa_sense_voice, sherpa_whisper
+    from onnx_compat.contracts import sherpa_tts
     by_entry = {"export": [c.name for c in CONTRACTS], "export_streaming": [c.name for c in STREAMING_CONTRACTS],
                 "export_transducer": [c.name for c in TRANSDUCER_CONTRACTS], "export_whisper": [sherpa_whisper.NAME],
                 "export_sense_voice": [sherpa_sense_voice.NAME], "export_paraformer": [sherpa_paraformer.NAME],
-                "export_nemo_transducer": [sherpa_nemo_transducer.NAME]}
+                "export_nemo_transducer": [sherpa_nemo_transducer.NAME], "export_vits": [sherpa_tts.VITS],
+                "export_matcha": [sherpa_tts.MATCHA]}
     assert {name: entry for entry, group in by_entry.items() for name in group} == \
         {name: names.entry_point(name) for name in names.CALLS}
     assert set(names.WRITES) == set(by_entry)
