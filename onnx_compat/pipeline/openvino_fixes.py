@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Tuple
 import onnx
 from onnx import TensorProto, helper
 
+from onnx_compat.int_repair import _without_weights as without_weights  # weights as inputs: types only
+
 
 @dataclass
 class Rewrite:
@@ -50,9 +52,12 @@ def _declared_types(proto: onnx.ModelProto) -> Dict[str, int]:
 
 
 def _elem_types(proto: onnx.ModelProto) -> Dict[str, int]:
-    """Element type of every value whose type is known (declared, or inferred for intermediates)."""
+    """Element type of every value whose type is known (declared, or inferred for intermediates). Inferred on
+    the graph with its weights declared as inputs: element types never depend on a weight's values, and
+    ``infer_shapes`` serialises the model it is given (a 9.6 MiB BLSTM held in memory: 0.02 s of a 0.15 s
+    bare export; a 98 MiB Conformer: 0.3-0.6 s)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
+        inferred = onnx.shape_inference.infer_shapes(without_weights(proto))
     except Exception:  # noqa: BLE001 - without inference, the graph's own annotations are all there is
         inferred = proto
     return {**_declared_types(proto), **_declared_types(inferred)}
