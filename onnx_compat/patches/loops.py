@@ -26,6 +26,7 @@ from __future__ import annotations
 import dis
 import functools
 import sys
+import warnings
 
 import torch
 
@@ -91,6 +92,7 @@ def _unbind(wrapped, instance, args, kwargs):
     x = None if b is None else b["input"]
     if torchscript_exporting():  # the loop is unrolled; its rows are remembered for a length regulator
         rows = wrapped(*args, **kwargs)
+        _say_unrolled(x, b["dim"], len(rows))
         return remember_rows(x, rows) if isinstance(x, torch.Tensor) and b["dim"] == 0 else rows
     frame = _model_frame()
     if frame is not None and isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and x.dim() > 0:
@@ -105,6 +107,20 @@ def _unbind(wrapped, instance, args, kwargs):
             _refuse_at(frame, f"unbinding (iterating over) dim {dim} of a tensor of shape "
                               f"{tuple(x.shape)} loops over", size, why)
     return wrapped(*args, **kwargs)
+
+
+def _say_unrolled(x, dim, steps: int) -> None:
+    """A ``for`` over ``x.unbind(d)`` in model code is unrolled by the TorchScript tracer at the example's
+    count without a word (iterating the tensor itself warns, an explicit ``unbind`` does not): the same
+    TracerWarning, said at the loop's line, so a failed export names it."""
+    frame = _model_frame()
+    if frame is None or not isinstance(x, torch.Tensor) or _iterating() or scan_loops.loop_at(frame) is None:
+        return
+    warnings.warn_explicit(torch.jit.TracerWarning(
+        f"Iterating over a tensor (unbind of dim {dim}, {steps} steps) might cause the trace to be incorrect: "
+        f"the loop is unrolled at the example's {steps} steps. Under the dynamo exporter a loop carrying state "
+        f"runs as a scan (an ONNX Scan)"), torch.jit.TracerWarning, frame.f_code.co_filename, frame.f_lineno,
+        module=frame.f_globals.get("__name__"))
 
 
 def _rows_are_padded() -> bool:
@@ -158,14 +174,21 @@ def _listed(code):
 
 
 def _index(wrapped, instance, args, kwargs):
-    """Only ``range(size)`` is refused: ``len(tensor)`` and other int uses are left to torch, whose
-    strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
+    """``range(size)`` is run as a scan or refused, and a ``math`` function of a size (``math.log2(T)``,
+    whose value torch would freeze without a word) is refused: ``len(tensor)`` and other int uses are left
+    to torch, whose strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
     frame = _model_frame()
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
         why = _as_scan(frame, lambda loop: scan_loops.scanned_range(loop, instance), by_index=True)
         if why is None:
             return 0  # the loop ran as a scan: range(0), no Python step
         _refuse_at(frame, "range() takes", instance, why)
+    if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "math":
+        _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: a math function takes the dynamic size "
+                f"{instance.node.expr} as a Python number: the example's value is frozen into the graph, so a "
+                f"trip count or a pad width computed from it (a scan over log2(T) levels, padding to a power "
+                f"of two) holds only at the example's length. Compute it with tensor ops, pad to a static "
+                f"maximum length, or make the dim static")
     return wrapped(*args, **kwargs)
 
 

@@ -127,7 +127,7 @@ def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
     """Outside the loop a step's temporary is never read, and a step list only as ``torch.stack/cat(L, ...)``."""
     inside = {id(n) for n in ast.walk(loop)}
     stacked = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call) and call.args
-               and isinstance(call.func, ast.Attribute) and call.func.attr in ("stack", "cat")
+               and isinstance(call.func, ast.Attribute) and call.func.attr in ("stack", "cat", "concat", "concatenate")
                and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"}
     for name in _names([tree], ast.Load):
         if id(name) in inside:
@@ -270,10 +270,11 @@ class StackedSteps:
         kwargs = dict(kwargs or {})
         tensors = args[0] if args else kwargs.pop("tensors", None)
         dim = args[1] if len(args) > 1 else kwargs.pop("dim", 0)
-        if func in (torch.stack, torch.cat) and isinstance(tensors, (list, tuple)) and len(tensors) == 1 \
-                and isinstance(tensors[0], StackedSteps) and not kwargs and isinstance(dim, int):
+        name = getattr(func, "__name__", "")  # by name: torch.stack may be a patch's proxy of the original
+        if name in ("stack", "cat", "concat", "concatenate") and isinstance(tensors, (list, tuple)) \
+                and len(tensors) == 1 and isinstance(tensors[0], StackedSteps) and not kwargs and isinstance(dim, int):
             y = tensors[0].y
-            if func is torch.stack:
+            if name == "stack":
                 return y.movedim(0, dim % y.dim())
             d = dim % (y.dim() - 1)
             return y.movedim(0, d).flatten(d, d + 1)
