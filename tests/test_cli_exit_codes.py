@@ -172,6 +172,8 @@ BAD_VALUES = {
         (_COMBINED + ["--out", "a_folder"], "exists: a combination is written into a new folder"),
         (["--combine", f"{JOBS}:transformer_lm=1", "--combine", f"{JOBS}:lstm_lm=0.5", "--out", "ls"],
          "--combine: the scorers are ['lm', 'lm']: exactly one AED"),
+        (["--combine", f"{JOBS}:transducer=1", "--combine", f"{JOBS}:transformer_lm=0.3", "--out", "ls"],
+         "--combine: the scorers' vocabularies have [12, 10] labels"),
         (["--combine", "no_such_module:job=1", "--combine", f"{JOBS}:transformer_lm=1", "--out", "ls"],
          "cannot import 'no_such_module'"),
     ],

@@ -408,15 +408,75 @@ def test_folder_train_mode_and_arguments_refused_before_any_work(tmp_path):
     assert sorted(os.listdir(again)) == ["label-scorer.config", "report.json", "scorer.onnx"]
 
 
-def test_combination_refuses_a_transducer_and_bad_scales(tmp_path):
-    """Refused before any export: a transducer in combine (no blank transition both presets enable), a
-    scale that is not a positive number."""
+def test_combination_refuses_mixed_searches_and_bad_scales(tmp_path):
+    """Refused before any export: a transducer beside an AED (two searches), a transducer not first, a
+    scorer with an encoder beside a transducer, an LM over another vocabulary than the transducer's, a kind
+    no search combines, a scale that is not a positive number, an existing folder."""
     from onnx_compat.label_scorers.combine import combine_label_scorers
+    from onnx_compat.models import label_scorer_jobs
     aed_job, lm_job = transformer_decoder.label_scorer_job("aed"), transformer_decoder.label_scorer_job("lm")
-    for scorers, rule in (([(aed_job, 1.0), ({"kind": "transducer"}, 0.5)], "kinds combined"),
-                          ([(aed_job, 1.0), (lm_job, -0.3)], "scale"),
-                          ([(lm_job, 1.0)], "one AED")):
+    transducer_job, transducer_lm = label_scorer_jobs.transducer(), label_scorer_jobs.transducer_lm()
+    (tmp_path / "exists").mkdir()
+    for scorers, rule, folder in (([(aed_job, 1.0), (transducer_job, 0.5)], "one transducer first", "refused"),
+                                  ([(transducer_lm, 1.0), (transducer_job, 0.5)], "one transducer first", "refused"),
+                                  ([(transducer_job, 1.0), (aed_job, 0.5)], "LMs beside a transducer", "refused"),
+                                  ([(transducer_job, 1.0), (lm_job, 0.5)], "one vocabulary", "refused"),
+                                  ([(aed_job, 1.0), ({"kind": "bogus"}, 0.5)], "kinds combined", "refused"),
+                                  ([(aed_job, 1.0), (lm_job, -0.3)], "scale", "refused"),
+                                  ([(lm_job, 1.0)], "one AED", "refused"),
+                                  ([(transducer_job, 1.0), (transducer_lm, 0.1)], "new folder", "exists")):
         with pytest.raises(LabelScorerError) as err:
-            combine_label_scorers(str(tmp_path / "refused"), scorers)
-        assert err.value.rule == rule and not (tmp_path / "refused").exists()
-        assert rule != "kinds combined" or "blank would be scored by no one" in str(err.value)
+            combine_label_scorers(str(tmp_path / folder), scorers)
+        assert err.value.rule == rule, (rule, err.value.rule)
+        assert not (tmp_path / "refused").exists() and os.listdir(tmp_path / "exists") == []
+
+
+def test_transducer_and_lm_in_the_time_synchronous_search(tmp_path):
+    """Issue 46 (Deliver 4, transducer + LM): RASR's combine cannot hold a transducer with an LM (no blank
+    transition both presets enable), so the fragment is the search's num-label-scorers with one
+    [*.label-scorer-<i>] per scorer. The combined time-synchronous search through the written graphs decodes
+    as in PyTorch (greedy and beam, labels staying on or consuming the frame), and its greedy decode with
+    labels consuming the frame is what the two models give written out by hand: each frame the cheapest of
+    blank (the transducer's cost alone) and each label (the transducer's cost plus 0.1 x the LM's -log p of
+    it after the labels so far), the LM's context unchanged by blank."""
+    from onnx_compat.label_scorers import combine_label_scorers
+    from onnx_compat.label_scorers.combine_timesync import sections
+    from onnx_compat.models import label_scorer_jobs
+    transducer_job, lm_job = label_scorer_jobs.transducer(), label_scorer_jobs.transducer_lm()
+    for job in (transducer_job, lm_job):
+        job.update(exporter="torchscript", beam=2)
+    transducer_job["utterances"] = [1, 120]  # a frame, and long enough for labels to beat blank with the LM
+    report = combine_label_scorers(str(tmp_path / "ts"), [(transducer_job, 1.0), (lm_job, 0.1)], beam=2)
+    parts = sections(open(os.path.join(report.folder, "label-scorer.config")).read())
+    assert parts["[*]"] == {"num-label-scorers": "2"}
+    assert parts["[*.label-scorer-1]"]["decoder.type"] == "stateful-transducer-onnx"
+    assert parts["[*.label-scorer-2]"]["type"] == "state-managed-onnx" and parts["[*.label-scorer-2]"]["scale"] == "0.1"
+    assert "type = combine" not in report.config and "blank-label-index = 11" in report.config
+    assert [s["role"] for s in report.scorers] == ["transducer", "lm"]
+    assert len({d["search"] for d in report.decodes}) == 4 and any(d["labels"] for d in report.decodes)
+    model, lm, blank = transducer_job["module"], lm_job["module"], transducer_job["blank"]
+    gen = np.random.default_rng(0)
+    checked = 0
+    for n in sorted({d["feature_frames"] for d in report.decodes}):
+        x = torch.from_numpy(gen.standard_normal((1, n, 20)).astype(np.float32))
+        labels, cost = [], 0.0
+        with torch.no_grad(), one_thread():
+            enc, _ = model.encode(x, torch.tensor([n], dtype=torch.int32))
+            h, c, out = model.initial_states()
+            for t in range(enc.shape[1]):
+                total = -model.score(enc[:, t], out)[0].double()
+                history = torch.tensor([[0] + labels])
+                lm_cost = -lm.step(history, torch.tensor([history.shape[1]]), torch.tensor([0]),
+                                   *lm.empty_caches())[0][0, -1].double()
+                total = torch.where(torch.arange(total.shape[0]) == blank, total, total + 0.1 * lm_cost)
+                v = int(total.argmin())
+                cost += float(total[v])
+                if v != blank:
+                    labels.append(v)
+                    h, c, out = model.predict(torch.tensor([v]), h, c)
+        d = next(d for d in report.decodes if d["feature_frames"] == n and d["search"] ==
+                 "greedy, time-synchronous, labels consume the frame")
+        assert d["labels"] == labels and abs(d["cost_pytorch"] - cost) < 1e-3 * (1 + n), (d, labels, cost)
+        assert abs(d["cost_onnx"] - d["cost_pytorch"]) < 1e-3 * (1 + n)
+        checked += bool(labels)
+    assert checked >= 1, report.decodes

@@ -188,5 +188,7 @@ def _run_combination(args: argparse.Namespace) -> int:
         print(f"  {s['scorer']}  {s['role']:<10} {s['kind']:<14} scale {s['scale']:g}  {s['folder']}")
     print(f"decodes       {len(report.decodes)} combined searches equal to PyTorch's (costs: sums of scaled costs)")
     _print_decodes(report.decodes)
+    for note in report.notes:
+        print(f"note          {note}")
     print(f"config        {os.path.join(report.folder, 'label-scorer.config')}")
     return 0

@@ -7,7 +7,9 @@ search (``type = combine``, ``num-scorers``, each ``scorer-<i>.scale`` and the s
 with the combination -- each hypothesis' cost the sum of the scaled costs, RASR's rule
 (``CombinedScoreAccessor``, ``ScaledScoreAccessor``) -- through the written graphs as RASR calls them,
 the configuration read back from the fragment, against the same combined search over the PyTorch
-callables, greedy and beam, label-synchronous (the AED path; one scorer holds the encoder: an AED).
+callables, greedy and beam, label-synchronous (the AED path; one scorer holds the encoder: an AED). A
+transducer first and LMs go to the time-synchronous search's ``num-label-scorers`` instead
+(``combine_timesync.py``: ``combine`` would score blank by no one).
 
 ``CtcPrefix`` is RASR master's ``CtcPrefixLabelScorer`` (``8fe741b1``) over the per-frame CTC costs: a
 label's cost is the prefix extended by it minus the prefix (both ``-log`` CTC prefix probabilities), the
@@ -28,8 +30,10 @@ import json
 
 from onnx_compat.pipeline.files import write_text_atomically
 
+from . import combine_timesync as timesync
 from . import config, managers
 from .errors import DecodeMismatch, LabelScorerError
+from .proof import check_decoded
 from .search import label_sync
 
 FLOAT_MAX = float(np.finfo(np.float32).max)  # Core::Type<Score>::max: RASR's cost of an impossible label
@@ -41,6 +45,7 @@ class CombinationReport:
     config: str = ""
     scorers: List[dict] = field(default_factory=list)  # per scorer: its role, kind, scale, folder
     decodes: List[dict] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)  # what the combined proof could not show (one label decoded)
     timings: Dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -205,11 +210,15 @@ def combine_label_scorers(folder: str, scorers: Sequence[Tuple[Mapping, float]],
                    for i, (job, _) in enumerate(jobs)]
         if progress is not None:
             progress("the combined search through the graphs and in PyTorch")
-        text = fragment(jobs, reports, folder, staged)
+        time_sync = timesync.is_time_sync(jobs)
+        text = timesync.fragment(jobs, reports, folder, staged, beam) if time_sync else \
+            fragment(jobs, reports, folder, staged)
         report.config = text
         report.scorers = [{"scorer": f"scorer-{i + 1}", "role": _role(job), "kind": job["kind"], "scale": scale,
                            "folder": os.path.join(folder, f"scorer-{i + 1}")} for i, (job, scale) in enumerate(jobs)]
-        report.decodes = prove(text.replace(folder, staged), jobs, reports, beam, utterances, seed)
+        report.decodes = (timesync.prove if time_sync else prove)(text.replace(folder, staged), jobs, reports, beam,
+                                                                  utterances, seed)
+        report.notes = check_decoded(report.decodes)  # an all-empty combined proof is refused
         write_text_atomically(os.path.join(staged, "label-scorer.config"), text)
         report.timings["total"] = time.perf_counter() - t0
         write_text_atomically(os.path.join(staged, "report.json"), report.to_json() + "\n")
@@ -225,30 +234,35 @@ def _prefixed(progress: Callable[[str], None], name: str) -> Callable[[str], Non
 
 
 def _role(job: Mapping) -> str:
+    if job["kind"] in timesync.TIME_SYNC:
+        return "transducer"
     if job["kind"] == "ctc":
         return "ctc-prefix"
     return "lm" if job.get("encoder") is None else "aed"
 
 
 def check_scorers(scorers) -> List[Tuple[dict, float]]:
-    """The ``(job, scale)`` pairs as RASR's ``combine`` can hold them, refused before any export: kinds a
-    label-synchronous combination takes, positive scales, one AED, one sentence end."""
+    """The ``(job, scale)`` pairs as RASR can search with them, refused before any export: positive scales;
+    for ``combine`` (label-synchronous) one AED, CTC heads and LMs, one sentence end; a transducer first and
+    LMs over its vocabulary for the time-synchronous search's ``num-label-scorers`` (``combine_timesync``:
+    ``combine`` would score blank by no one, its scorers' presets intersected)."""
     jobs = []
     for entry in scorers:
         if not isinstance(entry, (tuple, list)) or len(entry) != 2 or not isinstance(entry[0], Mapping):
             raise LabelScorerError(f"scorers holds {entry!r}; (export_label_scorer keyword arguments, scale) pairs",
                                    tensor="scorers", rule="(job, scale) pairs")
         job, scale = dict(entry[0]), entry[1]
-        if job.get("kind") not in ("stateful", "state-managed", "ctc"):
-            raise LabelScorerError(f"kind={job.get('kind')!r}: a label-synchronous combination takes 'stateful' or "
-                                   "'state-managed' (an AED or an LM) and 'ctc' (as ctc-prefix). A transducer is "
-                                   "not put into combine: it enables the transitions every scorer enables, and the "
-                                   "transducer's preset and the lm preset share no blank transition, so blank would "
-                                   "be scored by no one (RASR's num-label-scorers with label-scorer-<i> scores each "
-                                   "scorer's own transitions)", tensor="kind", rule="kinds combined")
+        if job.get("kind") not in ("stateful", "state-managed", "ctc") + timesync.TIME_SYNC:
+            raise LabelScorerError(f"kind={job.get('kind')!r}: a combination takes 'stateful' or 'state-managed' "
+                                   "(an AED or an LM) and 'ctc' (as ctc-prefix) in the label-synchronous search, or "
+                                   f"one of {timesync.TIME_SYNC} with LMs in the time-synchronous search",
+                                   tensor="kind", rule="kinds combined")
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
             raise LabelScorerError(f"scale {scale!r}: a positive number", tensor="scale", rule="scale")
         jobs.append((job, float(scale)))
+    if timesync.is_time_sync(jobs):
+        timesync.check(jobs)
+        return jobs
     roles = [_role(j) for j, _ in jobs]
     if roles.count("aed") != 1:
         raise LabelScorerError(f"the scorers are {roles}: exactly one AED (a scorer with an encoder that is not a CTC "

@@ -69,6 +69,9 @@ class ManagedScorer:
                 uncached.setdefault(ctx.labels, ctx)
         if uncached:
             self._cache(list(uncached.values()))
+        for ctx in contexts:  # one run per label sequence: the time-synchronous search has two alignments of one
+            if ctx.state is None:  # (its children walk their parents' states)
+                ctx.state = self.states[ctx.labels]
         return np.stack([self.scores[c.labels] for c in contexts])
 
     def _prefix(self, ctx: Ctx):

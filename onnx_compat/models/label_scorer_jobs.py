@@ -11,11 +11,17 @@ keyword arguments:
 - ``lstm_lm``: the LSTM LM's ``[B, S]`` states (written for the transformer manager; ``--manager lstm``
   is refused: RASR master's lstm manager without encoder states meets undefined behaviour);
 - ``transformer_lm_full_context``: the Transformer LM's whole-history step as ``full-context-onnx``, which
-  needs ``--release full-context-pr`` (RASR's open PR #241).
+  needs ``--release full-context-pr`` (RASR's open PR #241);
+- ``transducer``: the LSTM transducer (``stateful-transducer-onnx``, PR #149) and ``transducer_lm``: a
+  Transformer LM over its vocabulary (its sentence end and start label ``label0``), the two scorers of
+  a transducer + LM combination (RASR's time-synchronous search with ``num-label-scorers``).
 """
 from __future__ import annotations
 
+import torch
+
 from . import lstm_lm as _lstm_lm
+from . import transducer as _transducer
 from . import transformer_decoder
 
 
@@ -46,3 +52,21 @@ def transformer_lm_full_context() -> dict:
         job.pop(key)
     job.update(kind="full-context", score=model.full_context, module=model)
     return job
+
+FAVOURED = (6, 7, 9)  # the labels the bundled transducer decodes most
+
+
+def transducer() -> dict:
+    return _transducer.label_scorer_job("transducer")
+
+
+def transducer_lm() -> dict:
+    """The transducer's lexicon is the LM's: its 12 labels, blank included (RASR never asks the LM about
+    blank: the lm preset scores no transition into it)."""
+    vocabulary = _transducer.label_scorer_job("transducer")["vocabulary"]
+    model = transformer_decoder.tiny_lm(vocab=len(vocabulary), seed=1)
+    with torch.no_grad():  # as if trained on the labels the tiny transducer emits (blank never seen)
+        model.output.bias[list(FAVOURED)] += 3.0
+        model.output.bias[len(vocabulary) - 1] -= 6.0
+    return dict(kind="state-managed", manager="transformer", score=model.step, states=model.state_specs(),
+                vocabulary=vocabulary, sentence_end=0, start_label=0, module=model)
