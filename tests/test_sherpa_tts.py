@@ -153,6 +153,9 @@ def test_vits_refuses_lexicon_with_unknown_symbols_and_long_tokens(tmp_path, voi
     assert "unknown symbols ['z']" in str(error)
     error = _refused(tmp_path, voice, tokens={**tokens, "aa": len(tokens)})
     assert "one Unicode character" in str(error)
+    error = _refused(tmp_path, voice, lexicon={})
+    assert error.what == "lexicon" and error.got == "no words"
+    assert _refused(tmp_path, voice, texts=[]).what == "proof texts"
 
 
 def test_vits_refuses_a_fourth_input_not_named_sid(single):
@@ -218,6 +221,9 @@ def test_matcha_refuses_missing_sample_rate_and_multi_sentence_texts(voice, tmp_
     with pytest.raises(ContractError) as info:
         _matcha(voice, tmp_path / "m", "vocos", "torchscript", texts=["hello world. this is a test."])
     assert info.value.what == "proof text 0"
+    with pytest.raises(ContractError) as info:
+        _matcha(voice, tmp_path / "m", "vocos", "torchscript", lexicon={})
+    assert info.value.what == "lexicon"
     assert not (tmp_path / "m").exists()
 
 

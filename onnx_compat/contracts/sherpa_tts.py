@@ -140,9 +140,6 @@ class Voice:
     add_blank: bool = False
     notes: List[str] = field(default_factory=list)
 
-    def symbol(self, i: int) -> str:
-        return next(s for s, k in self.tokens.items() if k == i)
-
 
 def tokens_text(tokens: Mapping[str, int]) -> str:
     """``symbol id`` per line; the space symbol as a line holding only its id, as sherpa-onnx reads it."""
@@ -176,6 +173,9 @@ def token_findings(variant: str, tokens: Mapping[str, int], n_vocab: int) -> Lis
 def lexicon_findings(voice: Voice) -> List[Finding]:
     """Each lexicon word one lower-case token of no spaces, spelled with symbols tokens.txt has; each
     punctuation mark a token (sherpa-onnx looks them up with ``at()``)."""
+    if not voice.lexicon:
+        return [Finding("lexicon", "at least one word (sherpa-onnx's lexicon front end needs one; the proof "
+                        "synthesizes lexicon words)", "no words")]
     found = []
     bad_words = [w for w in voice.lexicon if not w or w != w.lower() or any(c.isspace() for c in w)]
     if bad_words:

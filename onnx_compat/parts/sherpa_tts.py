@@ -89,7 +89,7 @@ def proof_texts(voice: st.Voice, texts: Optional[Sequence[str]]) -> List[str]:
 
 
 def _ids_findings(name: str, voice: st.Voice, texts: Sequence[str]) -> List[Finding]:
-    found = []
+    found = [] if texts else [Finding("proof texts", "at least one text to synthesize", "none")]
     for k, text in enumerate(texts):
         if not text.isascii():
             found.append(Finding(f"proof text {k}", "ASCII (the reference front end splits ASCII text as "
@@ -158,7 +158,7 @@ def export_vits(model: torch.nn.Module, out, *, tokens: Mapping[str, int], lexic
     voice = st.Voice(dict(tokens), {w: list(s) for w, s in lexicon.items()}, language, punctuation, add_blank)
     speakers = max(int(getattr(model, "n_speakers", 1)), 1)
     meta = st.vits_metadata(voice, variant, sample_rate, speakers, metadata)
-    texts = proof_texts(voice, texts) if voice.lexicon else list(texts or [])
+    texts = proof_texts(voice, texts) if voice.lexicon else []
     st.refuse(st.VITS, _vits_checks(model, voice, variant, meta, sid, texts))
     ids = [st.text_to_ids(text, voice) for text in texts]
     from ..contracts.sherpa_tts_consumers import TtsRun
@@ -263,16 +263,17 @@ def export_matcha(acoustic: torch.nn.Module, vocoder: torch.nn.Module, out, *, v
     voice = st.Voice(dict(tokens), {w: list(s) for w, s in lexicon.items()}, language)
     meta = st.matcha_metadata(voice, sample_rate, ode_steps, pad_id, metadata)
     vocoder_meta = st.vocoder_metadata(vocoder_type, vocoder, sample_rate) if vocoder_type in st.VOCODER_KEYS else {}
-    texts = list(texts) if texts is not None else [t.replace(",", "").split(".")[0] + "." if "." in t else
-                                                   t.replace(",", "") for t in proof_texts(voice, None)]
+    texts = list(texts) if texts is not None else [] if not voice.lexicon else [
+        t.replace(",", "").split(".")[0] + "." if "." in t else t.replace(",", "") for t in proof_texts(voice, None)]
     found = st.matcha_findings(acoustic, vocoder, vocoder_type, voice, meta, vocoder_meta)
     if not found and meta.get("sample_rate") != vocoder_meta.get("sample_rate", meta.get("sample_rate")):
         found.append(Finding("vocoder metadata 'sample_rate'", meta["sample_rate"], vocoder_meta["sample_rate"]))
     st.refuse(st.MATCHA, found)
     ids = [[st.matcha_text_to_ids(text, voice, pad_id)] for text in texts]
-    st.refuse(st.MATCHA, [Finding(f"proof text {k}", "one sentence of lexicon words (sherpa-onnx merges a text's "
-                                  "sentences by its own rule)", repr(t))
-                          for k, (t, i) in enumerate(zip(texts, ids)) if not i[0] or not st.one_sentence(t)])
+    none = [] if texts else [Finding("proof texts", "at least one text to synthesize", "none")]
+    st.refuse(st.MATCHA, none + [Finding(f"proof text {k}", "one sentence of lexicon words (sherpa-onnx merges a "
+                                         "text's sentences by its own rule)", repr(t))
+                                 for k, (t, i) in enumerate(zip(texts, ids)) if not i[0] or not st.one_sentence(t)])
     from ..contracts.sherpa_tts_consumers import TtsRun
     expected = [np.concatenate([matcha_waveform(acoustic, vocoder, vocoder_type, ode_steps, s) for s in sentences])
                 for sentences in ids]
