@@ -7,6 +7,7 @@ dynamo export specialises the length. What cannot be a scan (a mask stored row b
 a function of the length) is refused naming its line.
 """
 import dataclasses
+import sys
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
 from onnx_compat.errors import ExportError
+from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
@@ -88,3 +90,112 @@ def test_torchscript_names_the_line_that_unrolled_a_loop(tmp_path, model, offset
     error names the model's line. An explicit ``unbind(1)`` gave no TracerWarning, so no line, before."""
     text = _export(model(), tmp_path, "torchscript", lengths=model is RowMask)
     assert f"frozen into the graph by Python code at " in text and _line(model, offset) in text, text[-1200:]
+
+
+# --- the lift itself, in eager: the loop run as a scan computes what its Python loop computes ------------
+
+class Lifter:
+    """``for x_t in u.unbind(x, d)``: with ``u = torch`` the model's Python loop, with ``Lifter`` the same loop
+    run as a scan by ``scan_loops`` (what ``dynamic_loops`` does while dynamo traces), in eager."""
+
+    @staticmethod
+    def unbind(x, dim):
+        frame = sys._getframe(1)
+        loop = scan_loops.loop_at(frame)
+        scan_loops.check_unbound(loop, False)
+        scan_loops.lift(frame, loop, x.movedim(dim, 0))
+        return ()
+
+
+def stacked_with_final_state(x, w, u):
+    h = torch.zeros(x.shape[0], w.shape[1])
+    outs = []
+    for x_t in u.unbind(x, 1):
+        h = torch.tanh(x_t @ w[:8] + h @ w[8:])
+        outs.append(h * 2)
+    return torch.stack(outs, 1), h
+
+
+def two_states_joined_by_cat(x, w, u):
+    h = torch.zeros(x.shape[0], w.shape[1])
+    c, ys = torch.ones_like(h), []
+    for x_t in u.unbind(x, 1):
+        gate = torch.sigmoid(x_t @ w[:8])
+        c = gate * c + (1 - gate) * torch.tanh(h @ w[8:])
+        h = c.relu()
+        ys.append(h[:, None, :4])
+    return torch.cat(ys, 1), c
+
+
+def final_state_only(x, w, u):
+    s = torch.zeros(x.shape[0], 8)
+    for x_t in u.unbind(x, 1):
+        s = 0.9 * s + x_t
+    return s
+
+
+@pytest.mark.parametrize("fn", [stacked_with_final_state, two_states_joined_by_cat, final_state_only],
+                         ids=lambda f: f.__name__)
+def test_a_lifted_loop_computes_what_the_python_loop_computes(fn):
+    x, w = torch.randn(3, 5, 8), torch.randn(24, 16)
+    expected, got = fn(x, w, torch), fn(x, w, Lifter)
+    expected, got = (expected, got) if isinstance(got, tuple) else ((expected,), (got,))
+    for e, g in zip(expected, got):
+        assert g.shape == e.shape and torch.allclose(g, e, atol=1e-6), (fn.__name__, (g - e).abs().max())
+
+
+def breaks_early(x, u):
+    h = torch.zeros(x.shape[0], 8)
+    for x_t in u.unbind(x, 1):
+        h = h + x_t
+        if h.sum() > 3:
+            break
+    return h
+
+
+def reads_its_outputs(x, u):
+    outs = [x[:, 0]]
+    for x_t in u.unbind(x, 1):
+        outs.append(outs[-1] + x_t)
+    return torch.stack(outs, 1)
+
+
+def temporary_read_after(x, u):
+    h = torch.zeros(x.shape[0], 8)
+    for x_t in u.unbind(x, 1):
+        step = x_t * 2
+        h = h + step
+    return h + step
+
+
+def list_used_by_len(x, u):
+    outs = []
+    for x_t in u.unbind(x, 1):
+        outs.append(x_t)
+    return torch.stack(outs, 1) * len(outs)
+
+
+def non_tensor_state(x, u):
+    n = 0
+    for x_t in u.unbind(x, 1):
+        n = n + 1
+    return x * n
+
+
+def reversed_steps(x, u):
+    outs = []
+    for x_t in reversed(u.unbind(x, 1)):
+        outs.append(x_t)
+    return torch.stack(outs, 1)
+
+
+@pytest.mark.parametrize("fn,why", [
+    (breaks_early, "'break' statement"), (reads_its_outputs, "was not an empty list"),
+    (temporary_read_after, "'step', set in the loop, is read after it"),
+    (list_used_by_len, "'outs' is used at line"), (non_tensor_state, "carries 'n', which is a int"),
+    (reversed_steps, "is not the unbound tensor itself")], ids=lambda v: getattr(v, "__name__", ""))
+def test_a_loop_a_scan_would_change_is_not_lifted(fn, why):
+    """Each would compute something else as a scan (or could not be one): the reason, checked on the source
+    before anything runs, is what the refusal says."""
+    with pytest.raises(scan_loops.NotLiftable, match=why):
+        fn(torch.randn(2, 5, 8), Lifter)

@@ -17,9 +17,15 @@ is clear. Torch's own code is left alone. One loop is lifted instead of
 refused: iterating over a dynamic batch gives one row standing for every row
 (``batch_rows.py``), which a length regulator's ``repeat_interleave`` and
 ``pad_sequence`` take as batched graph ops; anything else done with it is
-refused naming the line. Under TorchScript the loop is unrolled as before and
-its rows remembered: a length regulator's rows padded by ``pad_sequence`` are
-lifted the same way (``unrolled_rows.py``).
+refused naming the line. A loop whose body is a step carrying tensors (a
+recurrent cell over ``x.unbind(1)`` or ``range(x.size(1))``, its steps stacked)
+runs as torch's ``scan`` and is exported as an ONNX ``Scan`` (``scan_loops.py``);
+the refusal of any other loop says why it was not. A ``math`` function of a
+dynamic size (``math.log2(T)`` for a trip count) is refused where it is taken.
+Under TorchScript the loop is unrolled as before and its rows remembered: a
+length regulator's rows padded by ``pad_sequence`` are lifted the same way
+(``unrolled_rows.py``); a ``for`` over ``x.unbind(d)`` is said as a
+TracerWarning at its line, so a failed export names it.
 """
 from __future__ import annotations
 
@@ -101,7 +107,12 @@ def _unbind(wrapped, instance, args, kwargs):
             return (BatchRow(x),)  # every row at once: a length regulator is lifted (batch_rows.py)
         if _is_dynamic(size):
             dim = b["dim"] % x.dim()
-            why = _as_scan(frame, lambda loop: x.movedim(dim, 0))
+            via_iter = _iterating()
+
+            def steps(loop):
+                scan_loops.check_unbound(loop, via_iter)
+                return x.movedim(dim, 0)
+            why = _as_scan(frame, steps)
             if why is None:
                 return ()  # the loop ran as a scan: its Python loop runs no step
             _refuse_at(frame, f"unbinding (iterating over) dim {dim} of a tensor of shape "
@@ -199,8 +210,9 @@ def _loop_use(wrapped, instance, args, kwargs):
 
 register(Patch(
     name="dynamic_loops",
-    description="a Python loop over a dynamic dim (iterating a tensor, range(size)) in model code raises one "
-                "error naming the source line and the dim under dynamo, instead of a specialised graph",
+    description="a Python loop over a dynamic dim (iterating a tensor, range(size)) in model code runs as a "
+                "torch scan (an ONNX Scan) under dynamo when its body is a step carrying tensors; otherwise "
+                "one error naming the source line, the dim and why, instead of a specialised graph",
     targets=("torch:unbind", "torch:Tensor.unbind") + (("torch:SymInt.__index__",) if _SymInt is not None else ()),
     wrapper=_loop_use,
     when="export",  # under TorchScript only to remember the rows of a loop (unrolled_rows.py)

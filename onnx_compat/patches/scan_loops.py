@@ -248,6 +248,25 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
         local[name].append(StackedSteps(y, site))
 
 
+_REORDERING = ("reversed", "list", "tuple", "sorted", "enumerate", "zip", "iter", "map", "filter")
+
+
+def check_unbound(loop: Optional[ast.For], via_iter: bool) -> None:
+    """The loop steps through the unbound tensor itself, in order: ``for x_t in x.unbind(d)`` (or
+    ``torch.unbind``), or a tensor iterated as it is (``for row in x``, ``for row in self.f(x)``). A Python
+    sequence made of it first (``reversed(x.unbind(1))``, ``x.unbind(1)[::-1]``, ``list(x)``) may reorder it."""
+    if loop is None:
+        raise NotLiftable("its source is not a 'for' statement on that line")
+    it = loop.iter
+    if isinstance(it, ast.Call) and (isinstance(it.func, ast.Attribute) and it.func.attr == "unbind"):
+        return
+    if via_iter and (isinstance(it, (ast.Name, ast.Attribute)) or isinstance(it, ast.Call) and not (
+            isinstance(it.func, ast.Name) and it.func.id in _REORDERING)):
+        return
+    raise NotLiftable(f"its iterable {ast.unparse(it)} is not the unbound tensor "
+                      f"itself (x.unbind(d), or the tensor iterated as it is)")
+
+
 def scanned_range(loop: Optional[ast.For], size) -> torch.Tensor:
     """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step)."""
     it = None if loop is None else loop.iter
