@@ -86,6 +86,19 @@ def test_vits_multi_speaker_dynamo(voice, tmp_path):
     assert all(c["sid"] == 2 for c in report.consumer_checks)
 
 
+def test_vits_coqui_variant(voice, tmp_path):
+    """``comment`` coqui: the same layout, coqui's bos/eos/blank keys written; sherpa-onnx synthesizes PyTorch's
+    audio from it too."""
+    _needs_sherpa()
+    tokens, lexicon = voice
+    report = export_vits(tiny_vits(len(tokens), seed=4), tmp_path / "coqui", tokens=tokens, lexicon=lexicon,
+                         sample_rate=22050, variant="coqui", punctuation=PUNCTUATION, exporter="torchscript")
+    meta = report.metadata["model"]
+    assert meta["comment"] == "coqui" and meta["use_eos_bos"] == "0" and meta["sample_rate"] == "22050"
+    assert [c.get("skipped") for c in report.consumer_checks] == [None, None]
+    assert all(c["ok"] and c["max_abs_err"] <= CONSUMER_ATOL + STEP16 for c in report.consumer_checks)
+
+
 def test_vits_proof_fails_on_another_voice(single, voice):
     """The comparison can fail: PyTorch's audio of the same ids from a voice of other weights differs (same
     durations are not guaranteed either: either count or values differ)."""
