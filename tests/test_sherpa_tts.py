@@ -218,6 +218,28 @@ def test_matcha_with_vocoder_synthesizes_pytorchs_audio(voice, tmp_path, kind, e
     assert {g.exporter for g in report.parts.graphs.values()} == {exporter}
 
 
+def test_matcha_multi_speaker(voice, tmp_path):
+    """Three speakers in icefall's layout, the only one sherpa-onnx gives a speaker to (5 inputs, the last named
+    ``sid``); the proof with speaker 2 matches PyTorch's speaker 2."""
+    _needs_sherpa()
+    from onnx_compat.models.matcha_tts import tiny_matcha, tiny_vocoder
+    from onnx_compat.parts.sherpa_tts import export_matcha
+    tokens, lexicon = voice
+    out = tmp_path / "speakers"
+    report = export_matcha(tiny_matcha(len(tokens), n_spks=3, seed=5), tiny_vocoder("hifigan"), out,
+                           vocoder_type="hifigan", tokens=tokens, lexicon=lexicon, sample_rate=16000, sid=2,
+                           exporter="torchscript")
+    acoustic = onnx.load(out / "acoustic_model.onnx")
+    assert [v.name for v in acoustic.graph.input] == ["x", "x_length", "noise_scale", "length_scale", "sid"]
+    assert report.metadata["acoustic_model"]["n_speakers"] == "3"
+    assert [c.get("skipped") for c in report.consumer_checks] == [None, None]
+    assert all(c["ok"] and c["sid"] == 2 and c["max_abs_err"] <= CONSUMER_ATOL + STEP16 for c in report.consumer_checks)
+    with pytest.raises(ContractError) as info:
+        export_matcha(tiny_matcha(len(tokens), n_spks=3, seed=5), tiny_vocoder("hifigan"), tmp_path / "no",
+                      vocoder_type="hifigan", tokens=tokens, lexicon=lexicon, sample_rate=16000, sid=3)
+    assert info.value.what == "speaker id" and not (tmp_path / "no").exists()
+
+
 def test_matcha_refuses_vocoder_of_other_mel_bins(voice, tmp_path):
     from onnx_compat.models.matcha_tts import tiny_vocoder
     with pytest.raises(ContractError) as info:

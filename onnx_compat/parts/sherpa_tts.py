@@ -219,12 +219,25 @@ class MatchaGraph(torch.nn.Module):
         return self.model.synthesise(x, x_length, self.n_timesteps, temperature=scales[0], length_scale=scales[1])
 
 
-def matcha_waveform(acoustic, vocoder, kind: str, steps: int, ids: Sequence[int]) -> np.ndarray:
+class MatchaSpeakersGraph(MatchaGraph):
+    """A multi-speaker Matcha as sherpa-onnx feeds it (icefall's layout, the only one it gives a speaker to):
+    ``(x, x_length, noise_scale[1], length_scale[1], sid[1]) -> mel``."""
+
+    def forward(self, x, x_length, noise_scale, length_scale, sid):
+        return self.model.synthesise(x, x_length, self.n_timesteps, temperature=noise_scale, spks=sid,
+                                     length_scale=length_scale)
+
+
+def matcha_waveform(acoustic, vocoder, kind: str, steps: int, ids: Sequence[int], sid: int = 0) -> np.ndarray:
     """PyTorch's waveform of one sentence's ids: the acoustic model with ``steps`` Euler steps, noise 0, length 1,
     then the vocoder (Vocos: its magnitude and phase through ``torch.istft``, a Hann window, center=True)."""
     x = torch.tensor([list(ids)], dtype=torch.long)
     with torch.no_grad():
-        mel = MatchaGraph(acoustic, steps).eval()(x, torch.tensor([x.shape[1]]), torch.tensor([0.0, 1.0]))
+        if getattr(acoustic, "n_speakers", 1) > 1:
+            mel = MatchaSpeakersGraph(acoustic, steps).eval()(x, torch.tensor([x.shape[1]]), torch.tensor([0.0]),
+                                                              torch.tensor([1.0]), torch.tensor([sid]))
+        else:
+            mel = MatchaGraph(acoustic, steps).eval()(x, torch.tensor([x.shape[1]]), torch.tensor([0.0, 1.0]))
         audio = vocoder.waveform(mel) if kind == "vocos" else vocoder(mel)
     return audio.double().numpy().ravel()
 
@@ -232,12 +245,18 @@ def matcha_waveform(acoustic, vocoder, kind: str, steps: int, ids: Sequence[int]
 def _matcha_parts(acoustic, vocoder, kind: str, steps: int, meta, vocoder_meta):
     from . import Part
     n_vocab, bins = acoustic.encoder.emb.num_embeddings, st.mel_bins(acoustic)
+    speakers = getattr(acoustic, "n_speakers", 1)
     inputs = [TensorSpec("x", [1, Dim("L", min=4, max=80, example=12)], torch.int64, values=(0, n_vocab)),
-              TensorSpec("x_length", [1], torch.int64, values=(1, 4)),
-              TensorSpec("scales", [2], torch.float32, values=(0.5, 1.2))]
+              TensorSpec("x_length", [1], torch.int64, values=(1, 4))]
+    if speakers > 1:
+        inputs += [TensorSpec(n, [1], torch.float32, values=(0.5, 1.2)) for n in ("noise_scale", "length_scale")]
+        inputs.append(TensorSpec("sid", [1], torch.int64, values=(0, speakers)))
+        graph = MatchaSpeakersGraph(acoustic, steps)
+    else:
+        inputs.append(TensorSpec("scales", [2], torch.float32, values=(0.5, 1.2)))
+        graph = MatchaGraph(acoustic, steps)
     mel_out = [TensorSpec("mel", [1, bins, Dim("frames")])]
-    acoustic_part = Part("acoustic_model", MatchaGraph(acoustic, steps), inputs, mel_out, metadata=meta,
-                         steps=[DeclaredStaticDims(mel_out)])
+    acoustic_part = Part("acoustic_model", graph, inputs, mel_out, metadata=meta, steps=[DeclaredStaticDims(mel_out)])
     mel = [TensorSpec("mel", [1, bins, Dim("frames", min=4, max=200, example=20)])]
     outs = [TensorSpec("audio", [1, Dim("samples")])] if kind == "hifigan" else \
         [TensorSpec(n, [1, vocoder.n_fft // 2 + 1, Dim("frames_out")]) for n in ("mag", "x", "y")]
@@ -248,7 +267,7 @@ def _matcha_parts(acoustic, vocoder, kind: str, steps: int, meta, vocoder_meta):
 def export_matcha(acoustic: torch.nn.Module, vocoder: torch.nn.Module, out, *, vocoder_type: str,
                   tokens: Mapping[str, int], lexicon: Mapping[str, Sequence[str]], sample_rate: Optional[int],
                   ode_steps: int = 3, language: str = "English", pad_id: int = 0,
-                  texts: Optional[Sequence[str]] = None, exporter: str = "auto", verify: bool = True,
+                  texts: Optional[Sequence[str]] = None, sid: int = 0, exporter: str = "auto", verify: bool = True,
                   metadata: Optional[Mapping[str, str]] = None, atol: float = 1e-4, rtol: float = 1e-3,
                   consumer_atol: float = CONSUMER_ATOL, opset: Optional[int] = None) -> TtsReport:
     """Write a Matcha acoustic model (``synthesise(x, x_lengths, n_timesteps, temperature, length_scale)``) and its
@@ -257,15 +276,20 @@ def export_matcha(acoustic: torch.nn.Module, vocoder: torch.nn.Module, out, *, v
     ``vocoder.onnx`` (``vocoder_type`` "hifigan": mel -> audio; "vocos": mel -> magnitude, cos, sin, with the
     inverse STFT's settings in its metadata), ``tokens.txt`` and ``lexicon.txt`` (the metadata's ``jieba`` 1 picks
     sherpa-onnx's lexicon front end, so no espeak-ng data is needed; the text is matched as written: lower-case
-    words). ``texts``: the proof's texts (default three of lexicon words).
+    words). ``texts``: the proof's texts (default three of lexicon words), synthesized with speaker ``sid``. A
+    multi-speaker model (``n_speakers > 1``, ``synthesise(..., spks=ids)``) gets icefall's layout, the only one
+    sherpa-onnx feeds a speaker to: ``x``, ``x_length``, ``noise_scale`` ``[1]``, ``length_scale`` ``[1]``,
+    ``sid`` ``[1]``.
     """
     from .export import export_parts
     voice = st.Voice(dict(tokens), {w: list(s) for w, s in lexicon.items()}, language)
-    meta = st.matcha_metadata(voice, sample_rate, ode_steps, pad_id, metadata)
+    speakers = max(int(getattr(acoustic, "n_speakers", 1)), 1)
+    meta = st.matcha_metadata(voice, sample_rate, ode_steps, pad_id, {"n_speakers": str(speakers), **(metadata or {})})
     vocoder_meta = st.vocoder_metadata(vocoder_type, vocoder, sample_rate) if vocoder_type in st.VOCODER_KEYS else {}
     texts = list(texts) if texts is not None else [] if not voice.lexicon else [
         t.replace(",", "").split(".")[0] + "." if "." in t else t.replace(",", "") for t in proof_texts(voice, None)]
-    found = st.matcha_findings(acoustic, vocoder, vocoder_type, voice, meta, vocoder_meta)
+    found = st.matcha_findings(acoustic, vocoder, vocoder_type, voice, meta, vocoder_meta) + \
+        st.speaker_findings(meta, speakers, [sid])
     if not found and meta.get("sample_rate") != vocoder_meta.get("sample_rate", meta.get("sample_rate")):
         found.append(Finding("vocoder metadata 'sample_rate'", meta["sample_rate"], vocoder_meta["sample_rate"]))
     st.refuse(st.MATCHA, found)
@@ -275,20 +299,21 @@ def export_matcha(acoustic: torch.nn.Module, vocoder: torch.nn.Module, out, *, v
                                          "text's sentences by its own rule)", repr(t))
                                  for k, (t, i) in enumerate(zip(texts, ids)) if not i[0] or not st.one_sentence(t)])
     from ..contracts.sherpa_tts_consumers import TtsRun
-    expected = [np.concatenate([matcha_waveform(acoustic, vocoder, vocoder_type, ode_steps, s) for s in sentences])
-                for sentences in ids]
-    run = TtsRun("matcha", texts, 0, expected, int(meta["sample_rate"]))
+    expected = [np.concatenate([matcha_waveform(acoustic, vocoder, vocoder_type, ode_steps, s, sid)
+                                for s in sentences]) for sentences in ids]
+    run = TtsRun("matcha", texts, sid, expected, int(meta["sample_rate"]))
     checks: List[dict] = []
 
     def judge(protos) -> None:
         found = []
-        for name, contract, values in (("acoustic_model", st.matcha_contract(False), meta),
+        for name, contract, values in (("acoustic_model", st.matcha_contract(speakers > 1), meta),
                                        ("vocoder", st.vocoder_contract(vocoder_type), vocoder_meta)):
             try:
                 contract.check(protos[name], None, values)
             except ContractError as exc:
                 found += [Finding(f"{name} {f.what}", f.expected, f.got) for f in exc.findings]
-        st.refuse(st.MATCHA, found + st.name_findings(protos["acoustic_model"], {2: "scales"}, "acoustic_model"))
+        names = {4: "sid"} if speakers > 1 else {2: "scales"}
+        st.refuse(st.MATCHA, found + st.name_findings(protos["acoustic_model"], names, "acoustic_model"))
         if verify:
             _prove(protos, voice, run, consumer_atol, checks)
 
