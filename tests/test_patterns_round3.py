@@ -189,3 +189,64 @@ def test_len_of_a_buffer_stays_a_python_int(tmp_path):
                                 outputs=[TensorSpec("y", [b, t])], exporter="torchscript", strict=True)
     assert all(c["ok"] for c in report.verification) and report.warnings["baked"] == [], report.summary()
     assert report.verification[0]["sizes"]["batch"] == 1
+
+
+# --- issue #47, 7 and 8: a WavLM-style padding-mask reduction; time cut into fixed-size patches ---------------
+
+def _waveform(B, T, g):
+    """T samples and their lengths (the longest filling T)."""
+    lengths = torch.randint(max(1, T // 2), T + 1, (B,), generator=g)
+    lengths[0] = T
+    return torch.randn(B, T, generator=g), lengths
+
+
+from pattern_models_round3b import ComplexDiff, SSLPaddingMask, TimePatches  # noqa: E402
+
+# the example's 37 samples leave a remainder (2 frames); 96 and 110 samples divide into their 8 and 10 frames,
+# where both plain graphs keep the trim and mask every frame; 79 leaves one (B=1 first)
+ROUND3B_CASES = pattern_cases({
+    "ssl_padding_mask_to_frames": (SSLPaddingMask, _waveform, {0: {0: "b", 1: "t"}, 1: {0: "b"}},
+                                   ("torchscript", "dynamo"), {"torchscript": "mismatch", "dynamo": "mismatch"}),
+}, [(1, 96), (3, 110), (2, 79)]) + pattern_cases({
+    # padded to a multiple of 16, then stacked: 23 and 50 frames pad to 32 and 64, 9 frames to one patch
+    "time_patches_split_and_stacked": (TimePatches, _btd, _X, ("torchscript", "dynamo"),
+                                       {"torchscript": "Invalid value in 'split'",
+                                        "dynamo": "Got invalid dimensions for input"}),
+}, SIZES) + pattern_cases({  # unfold drops the remainder: at least one patch of 16 frames
+    "time_patches_unfold": (lambda: TimePatches("unfold"), _btd, _X, ("torchscript",),
+                            {"torchscript": "Unfold, input size not accessible"}),
+}, [(1, 23), (3, 50), (2, 17)])
+test_round3b_export_matches_eager, test_vanilla_round3b_fails_as_recorded = patch_case_tests(ROUND3B_CASES)
+
+
+@pytest.mark.parametrize("case", ROUND3B_CASES, ids=lambda c: c.name)
+def test_eager_is_untouched_inside_patched_round3b(case):
+    case.assert_eager_untouched()
+
+
+def test_patches_of_a_declared_multiple_export_without_padding(tmp_path):
+    """The length rule as a declared constraint: frames in multiples of 16 (Dim(multiple=16)), split and stacked
+    with no padding in the model; verified at 32, 80 and 48 frames (B=1 first)."""
+    from onnx_compat import Dim, TensorSpec
+    b, t = Dim("batch"), Dim("time", min=16, multiple=16)
+    report = onnx_compat.export(TimePatches("split"), str(tmp_path / "m.onnx"), inputs=[TensorSpec("x", [b, t, 8])],
+                                outputs=[TensorSpec("y", [b, None, 8])], exporter="torchscript")
+    sizes = [c["sizes"] for c in report.verification]
+    assert all(c["ok"] for c in report.verification) and report.degenerate == [], report.summary()
+    assert sizes[0]["batch"] == 1 and {s["time"] for s in sizes} == {32, 80, 48}, sizes
+    assert "fixed_pieces" in report.attempts[0].acted, report.attempts[0].acted
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+def test_pieces_of_a_dynamic_dim_used_as_a_tuple_are_refused_naming_the_line():
+    """Each piece projected in a Python loop: under dynamo the count ceil(T / 16) would be the example's, so the
+    export is refused at the split's line with the rule (before: the frames specialised, far from the loop)."""
+    import inspect
+    from onnx_compat.errors import UnsupportedPattern
+    lines, start = inspect.getsourcelines(TimePatches.forward)
+    line = start + next(i for i, text in enumerate(lines) if "for p in x.split" in text)
+    with onnx_compat.patched(), pytest.raises(UnsupportedPattern) as raised:
+        export_bare(TimePatches("split_loop").eval(), _btd(2, 37, torch.Generator().manual_seed(0)), "dynamo", _X)
+    text = str(raised.value)
+    assert f"pattern_models_round3b.py:{line}: x.split(16, dim=1) of a dynamic dim" in text, text
+    assert "a multiple of 16" in text and "Dim(..., multiple=16)" in text, text

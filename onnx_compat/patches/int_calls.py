@@ -41,6 +41,7 @@ import torch
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from .length_caches import emptied
+from .padding_mask import branch_free
 
 NAME = "__onnx_compat_int__"
 # the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
@@ -204,7 +205,9 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
     undo, before = _redirect(_functions_of(root)), _kept
     weights_of(root)
     try:
-        with emptied(root):  # the length_caches patch: caches grown before the export are grown in the trace
+        # the length_caches patch: caches grown before the export are grown in the trace; padding_mask_frames:
+        # forward_padding_mask without its branch
+        with emptied(root), branch_free(root):
             return wrapped(*args, **kwargs)
     finally:
         _restore(undo)

@@ -1,0 +1,148 @@
+"""A dynamic dim cut into pieces of a fixed size and stacked (issue #47, 8): an audio transformer's patch embedding.
+
+``torch.stack(x.split(16, dim=1), dim=1)`` cuts the frames into patches of 16 and stacks them as a new axis.
+``split`` returns a Python tuple whose length is ``ceil(T / 16)``: the TorchScript exporter writes a ``Split``
+with the example's pieces (ONNX Runtime at another length: "Invalid value in 'split'"), the dynamo exporter must
+make the count a number and specialises the frames (measured on torch 2.13).
+
+While either exporter traces, ``split`` of a tensor by one int size from the model's own code returns the
+pieces as ``Pieces``: a sequence that is the split itself once it is iterated, indexed or measured (so any other
+use computes what it computed), and that ``torch.stack`` takes whole, as the gather of the ``ceil(T / size)``
+pieces of ``min(T, size)`` rows from the runtime size. That is the stack at every length the eager model
+accepts (a multiple of the size, or one piece shorter than it; any other length makes the eager stack fail on
+pieces of two sizes), so the length rule stays the model's: pad to a multiple in the model (``F.pad(x, (0, 0, 0,
+-T % 16))``) or declare it (``Dim("time", multiple=16)``). Under dynamo, pieces of a dynamic dim used any other
+way than stacked are refused naming the line and that rule (before: the frames specialised far from it).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import torch
+
+from onnx_compat.patches.patch import Patch, idle
+from onnx_compat.patches.registry import register
+from onnx_compat.patches.when import dynamo_exporting
+from ._calls import tensor_call
+from .recurrent import _refuse  # remembered: torch.onnx.export retries, then it is raised again
+
+NAME = "fixed_pieces"
+_SymInt = getattr(torch, "SymInt", None)
+
+
+def _model_frame():
+    """The frame of the model's code that called ``split`` (past this package and torch), or None."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_globals.get("__name__", "").startswith("onnx_compat.patches")
+                                 or frame.f_code is Patch.gate.__code__):
+        frame = frame.f_back
+    if frame is None or frame.f_globals.get("__name__", "").split(".")[0] in ("torch", "onnx_compat"):
+        return None
+    return frame
+
+
+def _is_dynamic(size) -> bool:
+    return _SymInt is not None and isinstance(size, _SymInt) and bool(size.node.expr.free_symbols)
+
+
+class Pieces:
+    """``x.split(size, dim)`` not cut yet: the real tuple on first use, the whole stack as one gather."""
+
+    def __init__(self, x: torch.Tensor, size: int, dim: int, cut, where: str) -> None:
+        self.x, self.size, self.dim, self._cut, self.where = x, size, dim, cut, where
+        self._pieces: Optional[tuple] = None
+
+    def _real(self) -> tuple:
+        if self._pieces is None:
+            length = self.x.shape[self.dim]
+            if dynamo_exporting() and _is_dynamic(length):
+                _refuse(
+                    f"{self.where}: x.split({self.size}, dim={self.dim}) of a dynamic dim ({length}) used as a Python "
+                    f"tuple: its count ceil(T / {self.size}) is a number only at the example. Stack the pieces "
+                    f"(torch.stack(x.split({self.size}, {self.dim}), {self.dim}): exported as one gather) or write "
+                    f"x.unflatten({self.dim}, (-1, {self.size})); the length rule (a multiple of {self.size}) goes in "
+                    f"the model (pad to it) or in the spec (Dim(..., multiple={self.size}))")
+            self._pieces = tuple(self._cut())
+        return self._pieces
+
+    def __len__(self) -> int:
+        return len(self._real())
+
+    def __getitem__(self, index):
+        return self._real()[index]
+
+    def __iter__(self):
+        return iter(self._real())
+
+    def __add__(self, other):
+        return self._real() + tuple(other)
+
+    def __radd__(self, other):
+        return tuple(other) + self._real()
+
+    def stacked(self, dim: int) -> torch.Tensor:
+        """``torch.stack(pieces, dim)`` as one gather: ``n = ceil(T / size)`` pieces of ``min(T, size)`` rows."""
+        x, size, axis = self.x, self.size, self.dim % self.x.dim()
+        length = x.shape[axis]
+        if isinstance(length, torch.Tensor) or torch.jit.is_tracing():  # TorchScript: a traced 0-d size
+            length = torch.as_tensor(length)
+            count = torch.div(length + size - 1, size, rounding_mode="floor")
+            rows = torch.clamp(length, max=size)
+        else:
+            count, rows = (length + size - 1) // size, torch.sym_min(length, size)
+        index = torch.arange(count, device=x.device)[:, None] * size + torch.arange(rows, device=x.device)[None, :]
+        gathered = x.index_select(axis, index.reshape(-1).clamp(max=length - 1))
+        out = gathered.unflatten(axis, (-1, index.shape[1]))  # [..., count, rows, ...]
+        return out.movedim(axis, dim % (x.dim() + 1))
+
+
+class CutPieces(tuple):
+    """TorchScript's split as it is (a tuple of the example's pieces), remembering what was cut so that
+    ``torch.stack`` of it whole is the gather: any other use is the tuple it always was."""
+
+    def stacked(self, dim: int) -> torch.Tensor:
+        return Pieces.stacked(self, dim)
+
+
+def _split(wrapped, instance, args, kwargs):
+    """A dynamic dim under dynamo: the lazy ``Pieces``; under TorchScript (which cannot tell a dynamic dim) the
+    split itself as ``CutPieces``; anything else, or a call from torch's own code: the split."""
+    bound = tensor_call(instance, args, kwargs, ("tensor", "split_size_or_sections", "dim"), {"dim": 0})
+    idle(NAME)  # acting only once stacked whole
+    frame = _model_frame()
+    if bound is None or frame is None or type(bound["split_size_or_sections"]) is not int \
+            or not isinstance(bound["tensor"], torch.Tensor) or not isinstance(bound["dim"], int):
+        return wrapped(*args, **kwargs)
+    x, size, dim = bound["tensor"], bound["split_size_or_sections"], bound["dim"]
+    if dynamo_exporting():
+        if not _is_dynamic(x.shape[dim]):
+            return wrapped(*args, **kwargs)
+        return Pieces(x, size, dim, lambda: wrapped(*args, **kwargs), f"{frame.f_code.co_filename}:{frame.f_lineno}")
+    cut = CutPieces(wrapped(*args, **kwargs))
+    cut.x, cut.size, cut.dim = x, size, dim
+    return cut
+
+
+def _stack(wrapped, instance, args, kwargs):
+    bound = tensor_call(None, args, {k: v for k, v in kwargs.items()}, ("tensors", "dim"), {"dim": 0})
+    tensors = bound["tensors"] if bound is not None else None
+    whole = isinstance(tensors, CutPieces) or (isinstance(tensors, Pieces) and tensors._pieces is None)
+    if not whole or "out" in kwargs:
+        idle(NAME)
+        if isinstance(tensors, Pieces):
+            return wrapped(tuple(tensors), *args[1:], **kwargs)
+        return wrapped(*args, **kwargs)
+    return tensors.stacked(bound["dim"])
+
+
+register(Patch(
+    name=NAME,
+    description="torch.stack(x.split(n, dim)) of a dynamic dim: the pieces stacked as one gather from the runtime "
+                "size (TorchScript wrote the example's Split, dynamo specialised the dim); the pieces used as a "
+                "tuple of a dynamic dim under dynamo are refused naming the line and the length rule",
+    targets=("torch:split", "torch:Tensor.split", "torch:stack"),
+    wrapper=lambda wrapped, instance, args, kwargs: (_stack if wrapped.__name__ == "stack" else _split)(
+        wrapped, instance, args, kwargs),
+    when="export",
+))

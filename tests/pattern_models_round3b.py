@@ -1,0 +1,78 @@
+"""Small models of issue #47's items 7 and 8 (a WavLM-style padding-mask reduction; time cut into fixed-size
+patches), and a model whose patched export is worse than the plain one under one exporter (for the ``auto``
+property of test_auto_steps.py). Used by test_patterns_round3.py and test_auto_steps.py.
+
+Kept out of the test modules, as pattern_models.py is: pytest rewrites the ``assert`` statements of test
+modules, and model code must reach the exporters as a library has it.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# --- 7. a WavLM-style SSL encoder: the padding mask reduced to the frames --------------------------
+
+class SSLPaddingMask(nn.Module):
+    """fairseq's wav2vec 2.0 / HuBERT and WavLM (unilm, s3prl): a strided conv feature extractor over the
+    waveform, then the sample-level padding mask reduced to the frames by ``forward_padding_mask``: the
+    remainder ``padding_mask.size(1) % features.size(1)`` trimmed off behind ``if extra > 0:``, the rest viewed
+    as ``[B, frames, -1]`` and a frame padded when all its samples are."""
+
+    def __init__(self):
+        super().__init__()
+        self.extractor = nn.Sequential(nn.Conv1d(1, 8, 10, stride=5), nn.GELU(), nn.Conv1d(8, 8, 3, stride=2),
+                                       nn.GELU())
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, wav, lengths):  # [B, T] samples -> [B, frames, 8]
+        padding_mask = torch.arange(wav.shape[1], device=wav.device)[None, :] >= lengths[:, None]
+        features = self.extractor(wav[:, None]).transpose(1, 2)
+        padding_mask = self.forward_padding_mask(features, padding_mask)
+        return self.proj(features).masked_fill(padding_mask[..., None], 0.0)
+
+    def forward_padding_mask(self, features, padding_mask):
+        extra = padding_mask.size(1) % features.size(1)
+        if extra > 0:
+            padding_mask = padding_mask[:, :-extra]
+        padding_mask = padding_mask.view(padding_mask.size(0), features.size(1), -1)
+        padding_mask = padding_mask.all(-1)
+        return padding_mask
+
+
+# --- 8. time cut into fixed-size patches ----------------------------------------------------------
+
+class TimePatches(nn.Module):
+    """An audio transformer's patch embedding over time: the frames cut into patches of ``size`` and each
+    patch projected. ``form``: "split_padded" pads the frames to a multiple of the patch
+    (``F.pad(x, (0, 0, 0, -T % size))``) and stacks ``x.split(size, dim=1)``; "split" stacks the split of
+    frames the caller gives as a multiple of the patch (a declared ``Dim(multiple=size)``); "unfold" cuts
+    with ``x.unfold(1, size, size)`` (a remainder dropped); "split_loop" projects each piece in a Python loop."""
+
+    def __init__(self, form="split_padded", size=16):
+        super().__init__()
+        self.form, self.size = form, size
+        self.proj = nn.Linear(8 * size, 8)
+
+    def forward(self, x):  # [B, T, 8] -> [B, patches, 8]
+        if self.form == "unfold":
+            patches = x.unfold(1, self.size, self.size)  # [B, n, 8, size]
+        elif self.form == "split_loop":  # each patch on its own: a Python loop over the pieces
+            x = F.pad(x, (0, 0, 0, -x.shape[1] % self.size))
+            return torch.stack([self.proj(p.flatten(1)) for p in x.split(self.size, dim=1)], dim=1)
+        else:
+            if self.form == "split_padded":
+                x = F.pad(x, (0, 0, 0, -x.shape[1] % self.size))
+            patches = torch.stack(x.split(self.size, dim=1), dim=1)  # [B, n, size, 8]
+        return self.proj(patches.flatten(2))
+
+
+# --- a patch that costs one exporter the graph ------------------------------------------------------
+
+class ComplexDiff(nn.Module):
+    """A spectrogram's frame-to-frame difference, ``torch.diff`` of the complex STFT: the spectral patches carry
+    the spectrum as a real/imaginary pair, which ``diff`` does not take (patched dynamo fails), while the plain
+    dynamo export verifies; ``export(exporter="dynamo")`` must then retry without the patches."""
+
+    def forward(self, x):  # [B, T] -> [B, 17, frames - 1]
+        spec = torch.stft(x, 32, 8, window=torch.hann_window(32, device=x.device), return_complex=True)
+        return torch.diff(spec, dim=-1).abs()

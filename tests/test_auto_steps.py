@@ -1,0 +1,190 @@
+"""``export(auto)`` is never worse than a plain step (issue #47, Deliver 2): over the pattern models, auto verifies
+every model that any of the sweep's four plain steps verifies (``torch.onnx.export`` with each exporter, plain and
+inside ``patched()``, each checked by ``verify`` at three shapes the export never saw, as
+``benchmarks/sweep/sweep_run.py`` checks them), or its error names why that step's graph is wrong at a shape the
+step did not check.
+
+Which models: every case of the round-three pattern models (``pattern_models_round3.py``,
+``pattern_models_round3b.py``: ``test_patterns_round3.py``'s tables), and of ``pattern_models.py`` the first case
+of each model class in ``test_patterns.py``'s tables (table order), so every class is checked once.
+
+Why it stays cheap: where auto verifies, the property holds whatever the steps do, so the four steps (two dynamo
+exports, ~5 s each) run only for the models auto does not verify. auto's second export for speed
+(``choose.worth_timing``) is switched off here: it runs after a graph is verified and never un-verifies it.
+The sweep's third-party models need libraries this environment lacks: ``benchmarks/sweep/sweep.py`` computes the
+same property from their recorded rows (its "auto ≥ steps" column).
+"""
+import contextlib
+import io
+import warnings
+
+import pytest
+import torch
+
+import onnx_compat
+from onnx_compat import Dim, TensorSpec, verify
+from onnx_compat.pipeline import choose
+from onnx_compat.pipeline.dims import axes_of
+from onnx_compat.spec import dim_sizes, make_inputs
+
+from helpers import EXPORTERS, pattern_cases
+from pattern_models_round3 import AtMostThree, LenOfBuffer, PackedForms, RotaryEncoder, SortedPacked
+from pattern_models_round3b import ComplexDiff
+import test_patterns
+import test_patterns_round3
+
+STEPS = tuple((exporter, patches) for patches in (False, True) for exporter in EXPORTERS)
+
+
+def _one_per_class(cases):
+    """The first case of each model class (a case builds its model; the class is what it builds)."""
+    seen, kept = set(), []
+    for case in cases:
+        cls = type(case.model())
+        if cls not in seen:
+            seen.add(cls)
+            kept.append(case)
+    return kept
+
+
+ROUND3 = (test_patterns_round3.ROUND3_CASES + test_patterns_round3.ROTARY_CASES + test_patterns_round3.PACKED_CASES
+          + test_patterns_round3.ROUND3B_CASES)
+
+
+def _sorted_batch(B, T, g):
+    x, lengths = test_patterns_round3._padded_batch(B, T, g)
+    return x, lengths.sort(descending=True).values
+
+
+def _waveform(B, T, g):
+    return (torch.randn(B, 8 * T, generator=g),)
+
+
+_LENGTHS = {0: {0: "b", 1: "t"}, 1: {0: "b"}}
+# the round-three classes no case table of test_patterns_round3.py builds (their tests export them one by one)
+OTHERS = pattern_cases({
+    "sorted_packed": (SortedPacked, _sorted_batch, _LENGTHS, (), {}),
+    "at_most_three": (AtMostThree, test_patterns_round3._btd, test_patterns_round3._X, (), {}),
+    "rotary_table_not_a_cache": (lambda: RotaryEncoder(names="table"), test_patterns_round3._btd,
+                                 test_patterns_round3._X, (), {}),
+    "packed_data_changed_by_hand": (lambda: PackedForms("packed_data"), test_patterns_round3._padded_batch, _LENGTHS,
+                                    (), {}),
+    "len_of_buffer": (LenOfBuffer, test_patterns_round3._btd, test_patterns_round3._X, (), {}),
+    "complex_diff": (ComplexDiff, _waveform, {0: {0: "b", 1: "t"}}, (), {}),
+}, [(1, 23)])
+SAMPLED = _one_per_class(test_patterns.PATTERN_CASES + test_patterns.LENGTH_PATTERN_CASES)
+CASES = ROUND3 + OTHERS + SAMPLED
+# export(exporter=...) against that exporter's two steps, where its patched export fails and the plain one verifies
+ONE_EXPORTER = [("complex_diff", "dynamo")]
+
+
+def specs_of(case):
+    """The case as a user declares it to export(): one spec per positional input (its dynamic axes named as the
+    case names them; a 1-d integer input after a tensor with a time axis is that tensor's lengths), outputs with
+    the batch named where it follows the input's batch alone (probed at one more in the batch, then more frames)
+    and every other changing dim left to the model (None)."""
+    B, T = case.example
+    inputs = []
+    for i, t in enumerate(case.inputs(B, T, 0)):
+        axes = case.dynamic.get(i, {})
+        last = inputs[-1] if inputs else None
+        if t.dim() == 1 and not t.dtype.is_floating_point and last is not None and not last.lengths \
+                and 1 in last.dynamic_axes():
+            inputs[-1] = TensorSpec(last.name, last.dims, dtype=last.dtype, lengths=[1], lengths_dtype=t.dtype)
+            continue
+        inputs.append(TensorSpec(f"x{i}", [Dim(axes[a]) if a in axes else int(s) for a, s in enumerate(t.shape)],
+                                 dtype=t.dtype))
+    model = case.model()
+    with torch.no_grad():  # the example, one more in the batch, more frames: a batch dim follows the batch alone
+        same, batch, frames = (_as_tuple(model(*case.inputs(b, t, 0))) for b, t in ((B, T), (B + 1, T), (B, T + 5)))
+    name = case.dynamic[0][0]
+    outputs = [TensorSpec(f"y{j}", [s if s == sb == sf else Dim(name) if (sb, sf) == (s + 1, s) else None
+                                    for s, sb, sf in zip(a.shape, b.shape, f.shape)], dtype=a.dtype)
+               for j, (a, b, f) in enumerate(zip(same, batch, frames))]
+    return inputs, outputs
+
+
+def _as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def plain_step(model, inputs, outputs, exporter: str, patches: bool):
+    """A user's own ``torch.onnx.export`` (TorchScript with ``dynamic_axes``, dynamo with a named
+    ``torch.export.Dim`` per spec dim), inside ``patched()`` or not, then ``verify`` at three new shapes: None when
+    it verifies, else what failed (export or verification) in one line."""
+    example = dim_sizes(inputs)
+    args = tuple(make_inputs(inputs, example, seed=0).values())
+    names = [n for s in inputs for n in s.onnx_names]
+    out_names = [n for s in outputs for n in s.onnx_names]
+    try:
+        with contextlib.ExitStack() as stack, warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            if patches:
+                stack.enter_context(onnx_compat.patched())
+            if exporter == "torchscript":
+                axes = {k: {a: d.name for a, d in v.items()} for k, v in axes_of(list(inputs) + list(outputs)).items()
+                        if v}
+                buf = io.BytesIO()
+                torch.onnx.export(model, args, buf, dynamo=False, input_names=names, output_names=out_names,
+                                  dynamic_axes=axes)
+                proto = buf.getvalue()
+            else:
+                dims = {}
+                shapes = tuple({a: dims.setdefault(d.name, torch.export.Dim(d.name, min=d.min)) for a, d in v.items()}
+                               or None for v in (axes_of(inputs)[n] for n in names))
+                proto = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=shapes, input_names=names,
+                                          output_names=out_names).model_proto
+    except Exception as exc:
+        return f"export: {type(exc).__name__}: {str(exc).strip()[:200]}"
+    import onnx
+    proto = onnx.load_from_string(proto) if isinstance(proto, bytes) else proto
+    try:
+        verify(proto, model, inputs, outputs, example=example)
+    except Exception as exc:
+        return f"verify: {type(exc).__name__}: {str(exc).strip()[:200]}"
+    return None
+
+
+@pytest.fixture
+def one_export_per_strategy(monkeypatch):
+    """auto without its optional second export for speed (it cannot turn a verified model into a failure)."""
+    monkeypatch.setattr(choose, "worth_timing", lambda proto, exporter: None)
+
+
+def export_error(case, inputs, outputs, path, exporter="auto"):
+    """None when export(exporter) verifies the case's model, else its error."""
+    try:
+        onnx_compat.export(case.model(), str(path), inputs, outputs, exporter=exporter)
+    except onnx_compat.OnnxCompatError as exc:
+        return exc
+    return None
+
+
+def _property(case, exporter, path):
+    """export(exporter) verifies, or no step of that exporter (of both, for auto) verifies."""
+    inputs, outputs = specs_of(case)
+    error = export_error(case, inputs, outputs, path, exporter)
+    if error is None:
+        return
+    steps = [(e, p) for e, p in STEPS if exporter in ("auto", e)]
+    verified = [f"{'patched' if p else 'plain'} {e}" for e, p in steps
+                if plain_step(case.model(), inputs, outputs, e, p) is None]
+    assert not verified, f"{case.name}: export({exporter}) failed ({str(error)[:600]}) but {verified} verified"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_auto_verifies_whatever_a_plain_step_verifies(case, tmp_path, one_export_per_strategy):
+    _property(case, "auto", tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("name,exporter", ONE_EXPORTER)
+def test_one_exporter_verifies_whatever_its_plain_steps_verify(name, exporter, tmp_path):
+    """ComplexDiff: the spectral patches' pair has no diff, so patched dynamo fails where plain dynamo verifies;
+    export(exporter="dynamo") retries without the patches (it failed when the retry was left out of the order)."""
+    if exporter not in EXPORTERS:
+        pytest.skip(f"no {exporter} exporter here")
+    case = next(c for c in CASES if c.name == name)
+    inputs, outputs = specs_of(case)
+    assert plain_step(case.model(), inputs, outputs, exporter, True) is not None  # the patched step fails
+    _property(case, exporter, tmp_path / "m.onnx")
