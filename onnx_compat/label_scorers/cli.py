@@ -32,8 +32,10 @@ RELEASES = ("master", "transducer-pr", "full-context-pr")  # rasr_specs.RELEASES
 MANAGERS = ("transformer", "lstm")  # managers.MANAGERS (not imported: that loads torch for --help)
 # what each option is for: an option given for another kind is a usage error, before any export
 KIND_OF_OPTION = {"--manager": ("state-managed",)}
-RELEASE_OF_KIND = {"full-context": "full-context-pr", "transducer": "transducer-pr"}  # kinds only an open PR reads
-KINDS_OF_RELEASE = {"full-context-pr": ("full-context",)}  # a release the library writes only that kind for
+# the releases each kind is written for (export_label_scorer refuses the others); the rest: master, transducer-pr
+RELEASES_OF_KIND = {"state-managed": ("master",), "full-context": ("full-context-pr",),
+                    "transducer": ("transducer-pr",)}
+OTHER_RELEASES = ("master", "transducer-pr")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -118,13 +120,15 @@ def check_kind_options(job: dict, release: Optional[str], manager: Optional[str]
     if manager is not None and kind not in KIND_OF_OPTION["--manager"]:
         raise UsageError(f"--manager {manager}: {spec} returns kind={kind!r}; --manager is for "
                          "kind='state-managed'", option="--manager")
-    needed, chosen = RELEASE_OF_KIND.get(kind), release or job.get("release", "master")
-    if release is not None and kind not in KINDS_OF_RELEASE.get(release, (kind,)):
-        raise UsageError(f"--release {release}: {spec} returns kind={kind!r}; {release} is for "
-                         f"kind={KINDS_OF_RELEASE[release][0]!r}", option="--release")
-    if needed is not None and chosen != needed:
-        raise UsageError(f"{spec} returns kind={kind!r}, only in RASR's {needed}: pass --release {needed}",
-                         option="--release")
+    allowed = RELEASES_OF_KIND.get(kind, OTHER_RELEASES)
+    chosen = release or job.get("release", "master")
+    if chosen in allowed:
+        return
+    if len(allowed) == 1:
+        raise UsageError(f"{spec} returns kind={kind!r}, written for RASR's {allowed[0]} only: pass --release "
+                         f"{allowed[0]}", option="--release")
+    raise UsageError(f"--release {chosen}: {spec} returns kind={kind!r}, written for {' or '.join(allowed)}",
+                     option="--release")
 
 
 def run(args: argparse.Namespace) -> int:
