@@ -27,7 +27,7 @@ emulated search prunes once per step); no sentence end is scored (the search's
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 
