@@ -125,17 +125,48 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+PLAIN_STEPS = ("vanilla_ts", "vanilla_dynamo", "patched_ts", "patched_dynamo")
+
+
+def auto_at_least_steps(row: dict) -> str:
+    """Issue #47's property for one row, from its recorded steps: ``export(auto)`` verifies every model that one of
+    the four plain steps verifies. "yes" (auto verified, or no step did), "no (steps)" naming the steps that
+    verified where auto did not, "–" when a step is missing (not run) and none of the others settles it."""
+    if "build" in row:
+        return "–"
+    steps = row.get("steps", {})
+    if steps.get("auto", {}).get("stage") == "ok":
+        return "yes"
+    verified = [s for s in PLAIN_STEPS if steps.get(s, {}).get("stage") == "ok"]
+    if verified:
+        return "no (" + ", ".join(verified) + ")"
+    return "yes" if "auto" in steps and all(s in steps for s in PLAIN_STEPS) else "–"
+
+
 def table(rows: List[dict]) -> str:
-    lines = ["| model | library | kind | " + " | ".join(title for _, title in COLUMNS) + " | pattern |",
-             "|" + "---|" * (len(COLUMNS) + 4)]
+    lines = ["| model | library | kind | " + " | ".join(title for _, title in COLUMNS) + " | auto ≥ steps | pattern |",
+             "|" + "---|" * (len(COLUMNS) + 5)]
     for r in rows:
         if "build" in r:
             cells = ["does not build"] * len(COLUMNS)
         else:
             cells = [cell(r["steps"].get(step)) for step, _ in COLUMNS]
         lines.append("| " + " | ".join(_md(c) for c in [r["model"], r["library"], r["kind"], *cells,
+                                                          auto_at_least_steps(r),
                                                           "; ".join(r.get("patterns", [])) or "–"]) + " |")
     return "\n".join(lines)
+
+
+def property_line(rows: List[dict]) -> str:
+    """The property over the rows: on how many built models it holds, and the models where it does not."""
+    built = [r for r in rows if "build" not in r]
+    cells = {r["model"]: auto_at_least_steps(r) for r in built}
+    failing = [m for m, c in cells.items() if c.startswith("no")]
+    unknown = [m for m, c in cells.items() if c == "–"]
+    return (f"- auto ≥ steps (export(auto) verifies every model a plain or patched step verifies): holds on "
+            f"{sum(c == 'yes' for c in cells.values())}/{len(built)}"
+            + (f"; fails on {', '.join(failing)}" if failing else "")
+            + (f"; not settled (steps missing) on {', '.join(unknown)}" if unknown else ""))
 
 
 def errors_table(rows: List[dict]) -> str:
@@ -249,8 +280,9 @@ def render(rows: List[dict], seconds: float, round_: int = 1, before: Optional[L
     begin, end = markers(round_)
     compared = [] if before is None else [
         "### First contact → after", "First contact:\n\n" + summary(before) + "\n" + exporter_figures(before),
-        "After:\n\n" + summary(rows) + "\n" + exporter_figures(rows), comparison(before, rows)]
-    figures = [summary(rows), exporter_figures(rows)] if before is None else []
+        "After:\n\n" + summary(rows) + "\n" + property_line(rows) + "\n" + exporter_figures(rows),
+        comparison(before, rows)]
+    figures = [summary(rows) + "\n" + property_line(rows), exporter_figures(rows)] if before is None else []
     return "\n\n".join([
         begin, *compared, *figures, "### Outcomes", table(rows),
         "Cells: `ok`: exported, and ONNX Runtime matched the unpatched eager model at three shapes the export never "
@@ -260,7 +292,7 @@ def render(rows: List[dict], seconds: float, round_: int = 1, before: Optional[L
         "`export(auto)`: `ok (exporter)` when `onnx_compat.export` verified a model.",
         "### Patterns by models stopped", ranking(rows),
         "### Every error", errors_table(rows),
-        f"Made by `benchmarks/sweep/sweep.py` (`--write, `--json`; parallel workers joined with `--merge`) on "
+        f"Made by `benchmarks/sweep/sweep.py` (`--write`, `--json`; parallel workers joined with `--merge`) on "
         f"{machine()}; the steps took {seconds / 60:.0f} min in all.",
         end])
 
@@ -305,6 +337,9 @@ def main(argv=None) -> List[dict]:
                         help="combine the rows of these runs (a later file's step replaces an earlier one's) into "
                              "--json and --write; no exports")
     parser.add_argument("--rescore", action="store_true", help="re-classify the rows of --json, no exports")
+    parser.add_argument("--as-recorded", action="store_true",
+                        help="with --merge: keep each row's recorded patterns (no re-classification), e.g. to add a "
+                             "column computed from the recorded steps without changing anything else")
     parser.add_argument("--before", metavar="JSON",
                         help="the first-contact rows of the same models: --write shows them beside these")
     args = parser.parse_args(argv)
@@ -313,7 +348,7 @@ def main(argv=None) -> List[dict]:
     if unknown:
         parser.error(f"unknown steps {sorted(unknown)}; choose from {STEPS}")
     if args.merge:
-        rows = merged(args.merge)
+        rows = merged(args.merge, reclassify=not args.as_recorded)
         _write(args, rows)
         return rows
     names = [n for n in ENTRIES if ENTRIES[n].round == args.round
@@ -351,8 +386,9 @@ def _write(args, rows: List[dict]) -> None:
         print(text)
 
 
-def merged(paths: List[str]) -> List[dict]:
-    """Rows of several runs (parallel workers, a re-run of some steps) in the list's order, re-classified."""
+def merged(paths: List[str], reclassify: bool = True) -> List[dict]:
+    """Rows of several runs (parallel workers, a re-run of some steps) in the list's order, re-classified unless
+    ``reclassify`` is False (each row keeps the patterns it was recorded with)."""
     rows: Dict[str, dict] = {}
     for path in paths:
         loaded = _load(path) or []
@@ -364,7 +400,7 @@ def merged(paths: List[str]) -> List[dict]:
             elif r.get("steps"):  # a later run that built it replaces an earlier one that did not
                 row.pop("build", None)
             row["steps"].update(r.get("steps", {}))
-    return [classify(rows[n]) for n in ENTRIES if n in rows]
+    return [classify(rows[n]) if reclassify else rows[n] for n in ENTRIES if n in rows]
 
 
 if __name__ == "__main__":
