@@ -1,4 +1,4 @@
-"""The verified TorchScript export against the bare one on encoders nobody tuned for, tiny and mid-size: the stage split.
+"""The verified export against the bare one on encoders nobody tuned for, tiny and mid-size, stage by stage.
 
     .venv/bin/python benchmarks/unseen_encoders.py [--tiny] [--rounds N] [--only NAME] [--sets zoo,mid]
         [--exporter torchscript|dynamo] [--write docs/benchmarks.md]
@@ -309,10 +309,10 @@ def main(argv=None):
             if isinstance(job, Exception):
                 skipped.append(f"{label} ({job})")
                 continue
+            shown = label + ("" if args.exporter == "torchscript" else f" ({args.exporter})")
             with tempfile.TemporaryDirectory() as tmp:
                 try:
-                    results.append(measure(label + ("" if args.exporter == "torchscript" else f" ({args.exporter})"), job,
-                                           args.rounds, clock, tmp, args.exporter))
+                    results.append(measure(shown, job, args.rounds, clock, tmp, args.exporter))
                 except Exception as exc:  # noqa: BLE001 - one model's failure is its row, the others still run
                     skipped.append(f"{label} (failed: {str(exc).splitlines()[0][:160]})")
                     continue
