@@ -189,11 +189,21 @@ def reversed_steps(x, u):
     return torch.stack(outs, 1)
 
 
+def mutates_a_tensor_in_place(x, u):
+    acc = torch.zeros(x.shape[0], 8)
+    h = torch.zeros(x.shape[0], 8)
+    for x_t in u.unbind(x, 1):
+        acc.add_(x_t)
+        h = h + acc
+    return h + acc
+
+
 @pytest.mark.parametrize("fn,why", [
     (breaks_early, "'break' statement"), (reads_its_outputs, "was not an empty list"),
     (temporary_read_after, "'step', set in the loop, is read after it"),
     (list_used_by_len, "'outs' is used at line"), (non_tensor_state, "carries 'n', which is a int"),
-    (reversed_steps, "is not the unbound tensor itself")], ids=lambda v: getattr(v, "__name__", ""))
+    (reversed_steps, "is not the unbound tensor itself"),
+    (mutates_a_tensor_in_place, "does not trace as a scan step")], ids=lambda v: getattr(v, "__name__", ""))
 def test_a_loop_a_scan_would_change_is_not_lifted(fn, why):
     """Each would compute something else as a scan (or could not be one): the reason, checked on the source
     before anything runs, is what the refusal says."""
