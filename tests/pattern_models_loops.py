@@ -78,3 +78,13 @@ class Log2Scan(nn.Module):
             d = 2 ** k
             y = y + nn.functional.pad(y[:, :-d], (0, 0, d, 0))
         return y
+
+
+class PowerOfTwoPad(nn.Module):
+    """Padding time to the next power of two (an FFT-friendly length), then a running sum cut back to T."""
+
+    def forward(self, x):
+        T = x.shape[1]
+        n = 1 << (T - 1).bit_length()
+        y = nn.functional.pad(x, (0, 0, 0, n - T))
+        return y.cumsum(1)[:, :T]

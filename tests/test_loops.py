@@ -19,7 +19,7 @@ from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
-from pattern_models_loops import Log2Scan, RangeLSTM, RowMask, UnbindRNN
+from pattern_models_loops import Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, UnbindRNN
 
 # lengths 1, the example's (37, at another batch) and 4x the example
 SIZES = ((1, 1), (3, 37), (2, 148))
@@ -81,6 +81,15 @@ def test_a_trip_count_from_log2_of_the_length_is_refused_at_its_line_under_dynam
     text = _export(Log2Scan(), tmp_path, "dynamo")
     assert f"{_line(Log2Scan, 3)}: a math function takes the dynamic size" in text, text[-1200:]
     assert "without the patches): VerificationError" in text, text[-1200:]
+
+
+@needs_dynamo
+def test_padding_to_a_power_of_two_is_refused_at_its_line_under_dynamo(tmp_path):
+    """``(T - 1).bit_length()``: plain dynamo specialises the length (``DimSpecialized``, no line of the model)."""
+    text = _export(PowerOfTwoPad(), tmp_path, "dynamo")
+    assert f"{_line(PowerOfTwoPad, 2)}: bit_length() of the dynamic size" in text.split("also tried")[0], \
+        text[-1200:]
+    assert "DimSpecialized" in text.split("also tried")[1], text[-1200:]
 
 
 @pytest.mark.parametrize("model,offset", [(UnbindRNN, 3), (RowMask, 2), (Log2Scan, 3)],

@@ -203,9 +203,23 @@ def _index(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+def _bit_length(wrapped, instance, args, kwargs):
+    """``(T - 1).bit_length()`` (padding to a power of two) makes a dynamic size a Python int at the example's
+    value; torch then specialises the dim (``DimSpecialized``, naming no line): refused where it is taken."""
+    frame = _model_frame()
+    if frame is not None and _is_dynamic(instance):
+        _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: bit_length() of the dynamic size "
+                f"{instance.node.expr} is a Python number at the example's value, so a length padded to a power "
+                f"of two from it holds only at the example's length. Pad to a static maximum length, or make "
+                f"the dim static")
+    return wrapped(*args, **kwargs)
+
+
 def _loop_use(wrapped, instance, args, kwargs):
-    return (_index if _SymInt is not None and isinstance(instance, _SymInt) else _unbind)(
-        wrapped, instance, args, kwargs)
+    if _SymInt is not None and isinstance(instance, _SymInt):
+        return (_bit_length if getattr(wrapped, "__name__", "") == "bit_length" else _index)(
+            wrapped, instance, args, kwargs)
+    return _unbind(wrapped, instance, args, kwargs)
 
 
 register(Patch(
@@ -213,7 +227,8 @@ register(Patch(
     description="a Python loop over a dynamic dim (iterating a tensor, range(size)) in model code runs as a "
                 "torch scan (an ONNX Scan) under dynamo when its body is a step carrying tensors; otherwise "
                 "one error naming the source line, the dim and why, instead of a specialised graph",
-    targets=("torch:unbind", "torch:Tensor.unbind") + (("torch:SymInt.__index__",) if _SymInt is not None else ()),
+    targets=("torch:unbind", "torch:Tensor.unbind") + (
+        ("torch:SymInt.__index__", "torch:SymInt.bit_length") if _SymInt is not None else ()),
     wrapper=_loop_use,
     when="export",  # under TorchScript only to remember the rows of a loop (unrolled_rows.py)
     aliases=False,
