@@ -26,6 +26,7 @@ that is lifted computes exactly what its Python loop computes, step by step.
 from __future__ import annotations
 
 import ast
+import copy
 import ctypes
 import functools
 import inspect
@@ -167,7 +168,7 @@ def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef
     """``make(free...) -> step(carry, x_t) -> (carry, outputs)``: the model's locals the body reads are the
     step's closure (as globals, dynamo's guards would look them up in the model's module)."""
     body = []
-    for stmt in loop.body:
+    for stmt in copy.deepcopy(loop.body):  # the parsed source is cached: the step's rewrites stay on a copy
         name = _appended(stmt)
         if name is not None:
             stmt = ast.copy_location(ast.Assign([ast.Name(f"__oc_y_{plan.lists.index(name)}", ast.Store())],
