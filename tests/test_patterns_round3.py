@@ -250,3 +250,16 @@ def test_pieces_of_a_dynamic_dim_used_as_a_tuple_are_refused_naming_the_line():
     text = str(raised.value)
     assert f"pattern_models_round3b.py:{line}: x.split(16, dim=1) of a dynamic dim" in text, text
     assert "a multiple of 16" in text and "Dim(..., multiple=16)" in text, text
+
+
+@pytest.mark.parametrize("dim,stack_dim", [(1, 1), (1, 0), (-1, -1), (2, 3), (0, 2)])
+def test_stacked_pieces_are_the_stack_of_the_split(dim, stack_dim):
+    """The gather fixed_pieces writes for torch.stack(x.split(4, dim), stack_dim) is that stack, in eager, for a
+    dim cut into whole pieces and for one shorter than a piece (any other length: the eager stack fails)."""
+    from onnx_compat.patches.fixed_pieces import Pieces
+    for shape in ((3, 8, 12), (2, 3, 3)):
+        x = torch.randn(*shape)
+        if x.shape[dim] > 4 and x.shape[dim] % 4:
+            continue
+        pieces = Pieces(x, 4, dim, lambda: x.split(4, dim), "here")
+        assert torch.equal(pieces.stacked(stack_dim), torch.stack(x.split(4, dim), stack_dim)), (shape, dim)
