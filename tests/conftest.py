@@ -39,9 +39,10 @@ def exporter(request):
 # first: `pytest -n 2` hands tests out in collection order, so a long file collected last (the zoo, by name)
 # kept one worker busy for minutes after the other had run out of tests. Files keep their own order inside,
 # so a module's fixtures are still built once per worker; files not listed follow in their usual order.
-HEAVY_FIRST = ("test_zoo.py", "test_spectral.py", "test_recurrent.py", "test_sherpa_streaming.py",
-               "test_sherpa_transducers.py", "test_streaming.py", "test_patterns.py", "test_benchmarks.py",
-               "test_targets.py", "test_docs.py", "test_refusals.py", "test_sizes.py", "test_quantize.py")
+HEAVY_FIRST = ("test_zoo.py", "test_spectral.py", "test_patterns.py", "test_recurrent.py", "test_attention.py",
+               "test_benchmarks.py", "test_ops.py", "test_export.py", "test_contracts.py", "test_docs.py",
+               "test_huggingface.py", "test_sherpa_transducers.py", "test_sherpa_streaming.py", "test_streaming.py",
+               "test_targets.py", "test_refusals.py", "test_sizes.py", "test_quantize.py")
 
 
 def pytest_collection_modifyitems(config, items):
