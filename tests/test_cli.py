@@ -374,3 +374,57 @@ def test_label_scorer_combine_writes_and_proves_the_combination(tmp_path, capsys
     assert {d["search"] for d in report["decodes"]} == {"greedy, label-synchronous", "beam 2, label-synchronous"}
     assert all(abs(d["cost_onnx"] - d["cost_pytorch"]) < 1e-3 for d in report["decodes"])
     assert any(d["labels"] for d in report["decodes"]), report["decodes"]
+
+
+SHERPA = "onnx_compat.models.sherpa_jobs"
+
+
+def _nemo_vocabulary(folder) -> list:
+    """The tiny RNN-T's tokens renamed (upper case): tokens.txt must be these, not the model's."""
+    from onnx_compat.models.nemo_transducer import vocabulary
+    path = folder / "vocab.txt"
+    path.write_text("".join(f"{t.upper()}\n" for t in vocabulary()) + "<blk>\n", encoding="utf-8")
+    return ["--vocabulary", str(path)]
+
+
+# contract -> (factory, extra options, (report key path, value the option must have put there))
+FAMILIES = {
+    "sherpa-onnx/vits": ("vits", lambda d: ["--metadata", "maintainer=cli"], (("metadata", "model", "maintainer"), "cli")),
+    "sherpa-onnx/matcha": ("matcha", lambda d: ["--opset", "17"], None),
+    "sherpa-onnx/nemo-transducer": ("nemo_rnnt", _nemo_vocabulary, None),
+    "sherpa-onnx/sense-voice": ("sense_voice", lambda d: ["--language", "en"], (("language",), "en")),
+    "sherpa-onnx/paraformer": ("paraformer", lambda d: ["--atol", "0.001"], None),
+}
+
+
+@pytest.mark.parametrize("contract", list(FAMILIES))
+def test_export_writes_each_family_writers_folder(contract, tmp_path, capsys):
+    """``onnx-compat export MODULE:FACTORY --contract sherpa-onnx/FAMILY --out FOLDER`` (issue 49 Deliver 5, issue
+    48): the factory's keyword arguments reach the family writer with the options over them; the folder holds the
+    contract's files, each graph verified in ONNX Runtime against eager PyTorch at several lengths (TorchScript,
+    no sherpa-onnx proof: that is the writers' tests')."""
+    from onnx_compat.verbs.export import FOLDER_CONTRACTS
+    factory, extra, routed = FAMILIES[contract]
+    out, report_path = tmp_path / "folder", tmp_path / "report.json"
+    code = main(["export", f"{SHERPA}:{factory}", "--contract", contract, "--out", str(out), "--exporter",
+                 "torchscript", "--no-verify", "--json", str(report_path), *extra(tmp_path)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert sorted(os.listdir(out)) == sorted(FOLDER_CONTRACTS[contract].files)
+    assert printed.out.startswith(f"{contract}  {out}") and "not run (--no-verify)" in printed.out, printed.out
+    report = json.loads(report_path.read_text())
+    assert report["consumer_checks"] == []
+    for name, graph in report["parts"]["graphs"].items():
+        assert graph["exporter"] == "torchscript" and graph["why"] == "requested", name
+        runs = graph["verification"]
+        assert len(runs) >= 2 and all(r["ok"] for r in runs), (name, runs)
+        lively = {o["name"] for r in runs for o in r["outputs"] if not o["degenerate"]}
+        assert lively == {o["name"] for o in runs[0]["outputs"]}, (name, runs)  # each output varies somewhere
+    if routed:
+        keys, value = routed
+        got = report
+        for key in keys:
+            got = got[key]
+        assert got == value
+    if contract == "sherpa-onnx/nemo-transducer":
+        assert (out / "tokens.txt").read_text().splitlines()[0].split()[0].isupper()

@@ -26,6 +26,7 @@ FACTORY = "onnx_compat.models.conv_demo:build"
 STREAMING = "onnx_compat.models.lstm_encoder:streaming_job"
 SCORER = "onnx_compat.models.aed:ctc_label_scorer_job"
 JOBS = "onnx_compat.models.label_scorer_jobs"
+SHERPA = "onnx_compat.models.sherpa_jobs"
 _COMBINED = ["--combine", f"{JOBS}:transformer_aed=1", "--combine", f"{JOBS}:transformer_lm=0.3"]
 
 
@@ -92,6 +93,25 @@ BAD_VALUES = {
         ([FACTORY, "--out", "q.onnx", "--quantize", "fp16", "--json", "q.float.onnx"], "the float model kept beside"),
         ([FACTORY, "--out", "m2.onnx", "--contract", "sherpa-onnx/nemo-ctc", "--vocabulary", "r.json", "--json",
           "tokens.txt"], "is the file --contract writes (the contract's tokens.txt)"),
+        # the family writers' folder contracts (sherpa-onnx/vits, ...): the walk over every option is below
+        ([f"{SHERPA}:vits", "--contract", "sherpa-onnx/vits", "--out", "voice", "--quantize", "fp16"],
+         "--quantize does not apply to --contract sherpa-onnx/vits"),
+        ([f"{SHERPA}:vits", "--contract", "sherpa-onnx/vits", "--out", "voice.onnx"],
+         "--contract sherpa-onnx/vits writes a folder (model.onnx, tokens.txt, lexicon.txt)"),
+        ([f"{SHERPA}:vits", "--contract", "sherpa-onnx/vits", "--out", "r.json"], "a file is there, not a folder"),
+        ([f"{SHERPA}:vits", "--contract", "sherpa-onnx/matcha", "--out", "voice"],
+         "it needs ['acoustic', 'vocoder', 'vocoder_type']"),
+        ([FACTORY, "--contract", "sherpa-onnx/sense-voice", "--out", "sv"], "for export_sense_voice(...)"),
+        ([f"{SHERPA}:no_such", "--contract", "sherpa-onnx/paraformer", "--out", "p"], "no callable 'no_such'"),
+        (["hf:ckpt", "--contract", "sherpa-onnx/vits", "--out", "voice"], "takes MODULE:FACTORY"),
+        ([f"{SHERPA}:nemo_rnnt", "--contract", "sherpa-onnx/nemo-transducer", "--out", "t", "--opset", "17"],
+         "--opset does not apply to --contract sherpa-onnx/nemo-transducer"),
+        ([f"{SHERPA}:paraformer", "--contract", "sherpa-onnx/paraformer", "--out", "p", "--language", "en"],
+         "--language is for --contract sherpa-onnx/whisper or sherpa-onnx/sense-voice only"),
+        ([f"{SHERPA}:nemo_rnnt", "--contract", "sherpa-onnx/nemo-transducer", "--out", "t", "--vocabulary",
+          "missing.txt"], "--vocabulary: no such file"),
+        ([f"{SHERPA}:matcha", "--contract", "sherpa-onnx/matcha", "--out", "a_folder", "--json",
+          "a_folder/vocoder.onnx"], "is the file --out writes (the contract's vocoder.onnx)"),
     ],
     "verify": [
         (["missing.onnx", FACTORY], "onnx: no such file"),
@@ -191,6 +211,39 @@ def test_a_bad_value_is_exit_2_before_any_work(verb, argv, match, work, capsys):
     if "/proc/" in " ".join(argv) and not os.path.isdir("/proc/self"):
         pytest.skip("no /proc here")
     _refused([verb, *argv], work, capsys, match.format(work=work))
+
+
+# an option's value that counts as given (not its default), for the walk of the folder contracts
+GIVEN = {"--exporter": ["torchscript"], "--no-verify": [], "--metadata": ["a=b"], "--opset": ["17"],
+         "--atol": ["0.5"], "--rtol": ["0.5"], "--language": ["en"], "--vocabulary": ["r.json"],
+         "--size": ["time=3"], "--strict": [], "--rasr": [], "--examples": ["x.npz"],
+         "--target": ["onnxruntime==1.16"], "--external-data": [], "--runtime": ["openvino"],
+         "--quantize": ["fp16"], "--task": ["ctc"], "--no-files": []}
+
+
+def _folder_refusals():
+    from onnx_compat.verbs.export import FOLDER_CONTRACTS
+    for name, spec in FOLDER_CONTRACTS.items():
+        source = "hf:ckpt" if spec.from_checkpoint else f"{SHERPA}:vits"
+        for option, value in GIVEN.items():
+            if option not in spec.options:
+                yield name, [source, "--contract", name, "--out", "folder", option, *value], option
+
+
+def test_every_export_option_is_walked_for_the_folder_contracts():
+    """Each option of ``export`` is one every folder contract takes, or one the walk below gives to each folder
+    contract that does not take it: a new option joins the walk (or the refusal is not checked)."""
+    from onnx_compat.verbs.export import FOLDER_OPTIONS, OPTIONS
+    assert set(GIVEN) == set(OPTIONS)
+    assert _options("export") == set(OPTIONS) | set(FOLDER_OPTIONS) | {"-h", "--help"}
+
+
+@pytest.mark.parametrize("contract, argv, option", list(_folder_refusals()),
+                         ids=[f"{c}:{o}" for c, _, o in _folder_refusals()])
+def test_an_option_a_folder_contract_does_not_take_is_exit_2(contract, argv, option, work, capsys):
+    """``--quantize`` (or ``--size``, ``--opset`` for NeMo, ...) with a family writer's contract: refused naming
+    the option, before the factory runs, nothing written."""
+    _refused(["export", *argv], work, capsys, option)
 
 
 def test_json_equal_to_out_never_destroys_the_model(work, capsys):

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import os
 import shutil
+from dataclasses import dataclass
+from typing import Tuple
 
 from onnx_compat.cli_args import (EXPORTERS, LazyChoices, add_graph_options, add_tolerances, checked_by,
                                   int_at_least, load_examples, load_factory, load_vocabulary, pairs, progress_for,
@@ -15,8 +19,53 @@ from onnx_compat.huggingface import cli as hf_cli
 RUNTIME_HELP = "verify in another runtime too: a venv's python, node:FOLDER with onnxruntime-node, or openvino"
 
 
-#: contracts of a checkpoint folder (``hf:DIR``) that write a folder of graphs rather than one model
-FOLDER_CONTRACTS = {"sherpa-onnx/whisper": ("encoder.onnx", "decoder.onnx", "tokens.txt")}
+@dataclass(frozen=True)
+class FolderContract:
+    """A contract whose writer fills a folder (``--out FOLDER``) rather than writing one model: the files it
+    writes there, the call that writes it (``module:function``; ``hf`` for a checkpoint folder's ``hf:DIR``), the
+    writer's name for the folder, and the options it takes beyond ``--out``/``--json``/``--quiet`` (every other
+    option given is a usage error naming it, before any work)."""
+
+    files: Tuple[str, ...]
+    writer: str
+    folder_keyword: str = "out"
+    options: Tuple[str, ...] = ("--exporter", "--no-verify", "--metadata", "--opset", "--atol", "--rtol")
+
+    @property
+    def from_checkpoint(self) -> bool:
+        return self.writer == "hf"
+
+
+_TTS = "onnx_compat.parts.sherpa_tts"
+_FUNASR = "onnx_compat.parts.funasr"
+_COMMON = FolderContract.options
+
+#: contracts that write a folder of graphs rather than one model (``sherpa-onnx/whisper`` from ``hf:DIR``, the
+#: others from a ``MODULE:FACTORY`` returning the writer's keyword arguments)
+FOLDER_CONTRACTS = {
+    "sherpa-onnx/whisper": FolderContract(("encoder.onnx", "decoder.onnx", "tokens.txt"), "hf",
+                                          options=_COMMON + ("--language",)),
+    "sherpa-onnx/vits": FolderContract(("model.onnx", "tokens.txt", "lexicon.txt"), f"{_TTS}:export_vits"),
+    "sherpa-onnx/matcha": FolderContract(("acoustic_model.onnx", "vocoder.onnx", "tokens.txt", "lexicon.txt"),
+                                         f"{_TTS}:export_matcha"),
+    "sherpa-onnx/nemo-transducer": FolderContract(("encoder.onnx", "decoder.onnx", "joiner.onnx", "tokens.txt"),
+                                                  "onnx_compat.parts.nemo_transducer:export_nemo_transducer",
+                                                  "folder", ("--exporter", "--no-verify", "--metadata",
+                                                             "--vocabulary")),
+    "sherpa-onnx/sense-voice": FolderContract(("model.onnx", "tokens.txt"), f"{_FUNASR}:export_sense_voice",
+                                              options=_COMMON + ("--language",)),
+    "sherpa-onnx/paraformer": FolderContract(("model.onnx", "tokens.txt"), f"{_FUNASR}:export_paraformer"),
+}
+
+#: option -> (its ``args`` field, its value when not given); what a folder contract may refuse
+OPTIONS = {"--exporter": ("exporter", "auto"), "--no-verify": ("no_verify", False), "--metadata": ("metadata", None),
+           "--opset": ("opset", None), "--atol": ("atol", 1e-4), "--rtol": ("rtol", 1e-3),
+           "--language": ("language", None), "--vocabulary": ("vocabulary", None), "--size": ("size", None),
+           "--strict": ("strict", False), "--rasr": ("rasr", False), "--examples": ("examples", None),
+           "--target": ("target", None), "--external-data": ("external_data", None), "--runtime": ("runtime", None),
+           "--quantize": ("quantize", None), "--task": ("task", None), "--no-files": ("no_files", False)}
+#: options every folder contract takes
+FOLDER_OPTIONS = ("--out", "--json", "--quiet", "--contract")
 
 
 def _contracts():
@@ -36,8 +85,11 @@ def _target(text: str) -> None:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export a model from a factory (or hf:DIR), verify it, write it")
-    e.add_argument("factory", help="MODULE:FACTORY, or hf:DIR for a transformers checkpoint folder")
-    e.add_argument("--out", required=True, help="the .onnx file to write (a folder for --contract sherpa-onnx/whisper)")
+    e.add_argument("factory", help="MODULE:FACTORY, or hf:DIR for a transformers checkpoint folder; for a folder "
+                                   "contract (sherpa-onnx/vits, ...) FACTORY returns the writer's keyword arguments")
+    e.add_argument("--out", required=True, help="the .onnx file to write (a folder for a folder contract: "
+                                                "sherpa-onnx/whisper, vits, matcha, nemo-transducer, sense-voice, "
+                                                "paraformer)")
     e.add_argument("--exporter", default="auto", choices=EXPORTERS)
     e.add_argument("--json", help="also write the report as JSON here (no progress lines then)")
     e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -55,10 +107,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     e.add_argument("--runtime", action="append", metavar="PYTHON|node:FOLDER|openvino", help=RUNTIME_HELP)
     e.add_argument("--contract", choices=LazyChoices(_contracts), metavar="NAME",
                    help="a consumer's contract: rasr, sherpa-onnx/nemo-ctc, sherpa-onnx/speaker-embedding, ...; "
-                        "hf:DIR also takes sherpa-onnx/whisper (--out is then a folder)")
+                        "hf:DIR also takes sherpa-onnx/whisper, a factory of a family writer's arguments "
+                        "sherpa-onnx/vits, matcha, nemo-transducer, sense-voice, paraformer (--out is then a "
+                        "folder)")
     e.add_argument("--language", metavar="CODE",
-                   help="--contract sherpa-onnx/whisper only: the language the export decodes with (checked against "
-                        "the model's; default en, or the model's first)")
+                   help="--contract sherpa-onnx/whisper or sense-voice only: the language the export decodes with "
+                        "(checked against the model's; default: Whisper's en or first, SenseVoice's auto)")
     e.add_argument("--vocabulary", help="the contract's tokens, one per line (blank included)")
     e.add_argument("--quantize", choices=LazyChoices(_recipes), metavar="RECIPE",
                    help="write an int8/float16 model, verified against the float one: auto (the fastest recipe "
@@ -75,13 +129,7 @@ def files(args: argparse.Namespace) -> Files:
     out = os.path.abspath(args.out)
     _check_folder_contract(args)
     if args.contract in FOLDER_CONTRACTS:
-        found = Files()
-        hf_cli.declare_files(args.factory, out, False, found)
-        found.write(out, "--out", f"the folder of {args.contract}'s files", folder=True)
-        if os.path.isdir(out):  # its files, each a file that must not be another of the command's
-            for name in FOLDER_CONTRACTS[args.contract]:
-                found.write(os.path.join(out, name), "--out", f"the contract's {name}")
-        return found.write(args.json, "--json", "the report")
+        return _folder_files(args, out)
     found = Files().read(args.examples, "--examples", "the examples").read(args.vocabulary, "--vocabulary",
                                                                          "the tokens")
     declare_runtimes(found, args.runtime)
@@ -96,16 +144,55 @@ def files(args: argparse.Namespace) -> Files:
     return found.write(args.json, "--json", "the report")
 
 
+def _folder_files(args: argparse.Namespace, out: str) -> Files:
+    """A folder contract's files: the checkpoint folder it reads (``hf:DIR``), the tokens (``--vocabulary``), the
+    folder and each file the writer puts in it (when the folder is there: none may be another of the command's)."""
+    spec = FOLDER_CONTRACTS[args.contract]
+    found = Files().read(args.vocabulary, "--vocabulary", "the tokens")
+    if spec.from_checkpoint:
+        hf_cli.declare_files(args.factory, out, False, found)
+    found.write(out, "--out", f"the folder of {args.contract}'s files", folder=True)
+    if os.path.isdir(out):
+        for name in spec.files:
+            found.write(os.path.join(out, name), "--out", f"the contract's {name}")
+    return found.write(args.json, "--json", "the report")
+
+
+def _given(args: argparse.Namespace, option: str) -> bool:
+    dest, default = OPTIONS[option]
+    value = getattr(args, dest)
+    return value is not None and value is not False and value != default and value != []
+
+
 def _check_folder_contract(args: argparse.Namespace) -> None:
-    """A folder contract needs an ``hf:DIR`` source; ``--language`` needs a folder contract: usage errors (exit 2)
-    before any work."""
-    if args.contract in FOLDER_CONTRACTS and not hf_cli.is_hf_source(args.factory):
-        raise UsageError(f"--contract {args.contract} takes a checkpoint folder (hf:DIR), not {args.factory!r}",
-                         option="--contract")
-    if args.language is not None and args.contract not in FOLDER_CONTRACTS:
-        raise UsageError("--language is for --contract sherpa-onnx/whisper only", option="--language")
+    """A folder contract needs its kind of source (``hf:DIR`` for Whisper, ``MODULE:FACTORY`` for the others) and a
+    folder for ``--out``; an option its writer does not take (``--language`` without a contract that decodes with
+    one, ``--quantize``, ``--size``, ...) is refused naming it: usage errors (exit 2) before any work."""
+    spec = FOLDER_CONTRACTS.get(args.contract)
+    if args.language is not None and (spec is None or "--language" not in spec.options):
+        takers = " or ".join(n for n, c in FOLDER_CONTRACTS.items() if "--language" in c.options)
+        raise UsageError(f"--language is for --contract {takers} only", option="--language")
+    if spec is None:
+        return
+    if spec.from_checkpoint != hf_cli.is_hf_source(args.factory):
+        source = "a checkpoint folder (hf:DIR)" if spec.from_checkpoint else \
+            "MODULE:FACTORY (a function returning the writer's keyword arguments)"
+        raise UsageError(f"--contract {args.contract} takes {source}, not {args.factory!r}", option="--contract")
+    for option in OPTIONS:
+        if option not in spec.options and _given(args, option):
+            raise UsageError(f"{option} does not apply to --contract {args.contract} (it takes "
+                             f"{', '.join(FOLDER_OPTIONS + spec.options)})", option=option)
+    if args.out.endswith(".onnx"):
+        raise UsageError(f"--contract {args.contract} writes a folder ({', '.join(spec.files)}): give a folder, not "
+                         f"{args.out!r}", option="--out")
+    if spec.from_checkpoint:
+        _check_whisper_language(args)
+
+
+def _check_whisper_language(args: argparse.Namespace) -> None:
+    """A language the checkpoint lacks is a bad value."""
     folder = args.factory[len(hf_cli.PREFIX):]
-    if args.language is not None and os.path.isdir(folder):  # a language the checkpoint lacks is a bad value
+    if args.language is not None and os.path.isdir(folder):
         from onnx_compat.contracts.base import ContractError
         from onnx_compat.contracts.sherpa_whisper import choose_language
         from onnx_compat.huggingface.whisper import read_vocabulary
@@ -152,6 +239,10 @@ def options(args: argparse.Namespace, progress) -> dict:
 def export_from(args: argparse.Namespace):
     """The export the parsed options ask for, every option checked before any work; the ``Report``."""
     out = os.path.abspath(args.out)
+    if args.contract in FOLDER_CONTRACTS and not hf_cli.is_hf_source(args.factory):
+        report = export_folder(args, out)
+        write_report(args.json, json.dumps(report_dict(report), indent=2, default=str))
+        return report
     examples = load_examples(args.examples)
     kwargs = options(args, progress_for(args))
     if args.language is not None:
@@ -171,8 +262,80 @@ def export_from(args: argparse.Namespace):
     return report
 
 
+def export_folder(args: argparse.Namespace, out: str):
+    """A family writer's folder (``--contract sherpa-onnx/vits``, ...): the factory's keyword arguments, the
+    options' over them; the writer's report."""
+    import importlib
+    spec = FOLDER_CONTRACTS[args.contract]
+    module, _, name = spec.writer.partition(":")
+    writer = getattr(importlib.import_module(module), name)
+    kwargs = writer_arguments(args.factory, args.contract, writer, spec.folder_keyword)
+    kwargs.update(_option_arguments(args, spec))
+    return writer(**kwargs, **{spec.folder_keyword: out})
+
+
+def writer_arguments(factory: str, contract: str, writer, folder_keyword: str) -> dict:
+    """``FACTORY()``'s dict of the writer's keyword arguments, checked against its signature: a key it does not
+    take, one it needs and lacks, or the folder (``--out`` names it) are the factory's error (exit 2)."""
+    from onnx_compat.errors import FactoryError
+    from onnx_compat.factories import call_factory
+    job = call_factory(factory, FactoryError)
+    call = f"{writer.__name__}(...)"
+    if not isinstance(job, dict):
+        raise FactoryError(f"{factory} must return a dict of {call}'s keyword arguments for --contract {contract}, "
+                           f"got {type(job).__name__}")
+    params = inspect.signature(writer).parameters
+    unknown = sorted(k for k in job if k not in params or k == folder_keyword)
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != folder_keyword
+               and n not in job]
+    if unknown or missing:
+        taken = [n for n in params if n != folder_keyword]
+        raise FactoryError(f"{factory} returned {sorted(job)} for {call} (--contract {contract}): "
+                           + (f"it takes no {unknown}{' (--out names the folder)' if folder_keyword in unknown else ''}; " if unknown
+                              else "")
+                           + (f"it needs {missing}; " if missing else "") + f"it takes {taken}")
+    return dict(job)
+
+
+def _option_arguments(args: argparse.Namespace, spec: FolderContract) -> dict:
+    """The writer's keywords the given options set (over the factory's)."""
+    keywords = {"--exporter": ("exporter", lambda v: v), "--no-verify": ("verify", lambda v: not v),
+                "--metadata": ("metadata", lambda v: pairs(v, "--metadata")), "--opset": ("opset", lambda v: v),
+                "--atol": ("atol", lambda v: v), "--rtol": ("rtol", lambda v: v),
+                "--language": ("language", lambda v: v), "--vocabulary": ("vocabulary", load_vocabulary)}
+    out = {}
+    for option in spec.options:
+        if _given(args, option):
+            keyword, convert = keywords[option]
+            out[keyword] = convert(getattr(args, OPTIONS[option][0]))
+    return out
+
+
+def report_dict(report) -> dict:
+    """``--json`` of a family writer's report: its own dict, with the graphs' verification (``parts``) and the
+    contract wherever the writer's dict leaves them out (NeMo's)."""
+    found = report.to_dict()
+    found.setdefault("contract", report.contract)
+    found.setdefault("parts", report.parts.to_dict())
+    return found
+
+
+def summary(report, verified: bool = True) -> str:
+    """The printed lines of a folder contract's report (Whisper's own; the families': contract, folder, files,
+    what each consumer said)."""
+    files = "files       " + ", ".join(sorted(os.path.basename(p) for p in report.parts.files.values()))
+    if hasattr(report, "summary"):
+        return "\n".join([report.summary(), files])
+    ran = [f"{c.get('consumer')}: {'ok' if c.get('ok') else c.get('skipped') or 'failed'}"
+           for c in report.consumer_checks]
+    return "\n".join([f"{report.contract}  {report.parts.folder}", files, *(ran or [f"consumers   {'none ran' if verified else 'not run (--no-verify)'}"])])
+
+
 def run(args: argparse.Namespace) -> int:
     report = export_from(args)
+    if args.contract in FOLDER_CONTRACTS:
+        print(summary(report, not args.no_verify))
+        return 0
     print(report.summary())
     if hf_cli.is_hf_source(args.factory):
         print("files       " + (", ".join(report.files) or "none"))
