@@ -19,7 +19,7 @@ from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
-from pattern_models_loops import Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, UnbindRNN
+from pattern_models_loops import Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, ScanRNN, UnbindRNN
 
 # lengths 1, the example's (37, at another batch) and 4x the example
 SIZES = ((1, 1), (3, 37), (2, 148))
@@ -39,6 +39,9 @@ CASES = [PatchCase(name, build, _x, {0: {0: "batch", 1: "time"}}, sizes=SIZES, e
          for name, build in (("unbind_rnn", UnbindRNN), ("range_lstm_cat", RangeLSTM))]
 # the plain export unrolls 37 LSTM cells (~35 s): its failure is recorded on the Elman loop only
 CASES[1] = dataclasses.replace(CASES[1], vanilla={})
+# the route the refusals name: the loop written with torch's scan (plain dynamo exports it as well)
+CASES.append(PatchCase("scan_written_rnn", ScanRNN, _x, {0: {0: "batch", 1: "time"}}, sizes=SIZES,
+                       exporters=("dynamo",), graph=_a_scan, atol=1e-4, rtol=1e-3))
 test_loop_exports_as_a_scan, test_vanilla_loop_is_specialised = patch_case_tests(CASES)
 
 
@@ -55,7 +58,7 @@ def _line(cls, offset: int) -> str:
 
 def _export(model, tmp_path, exporter, lengths=False):
     b, t = Dim("batch"), Dim("time")
-    width = 16 if isinstance(model, UnbindRNN) else 8
+    width = 16 if isinstance(model, (UnbindRNN, ScanRNN)) else 8
     inputs = [TensorSpec("x", [b, t, 8])] + ([TensorSpec("lengths", [b], dtype=torch.int64)] if lengths else [])
     with pytest.raises(ExportError) as raised:
         onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, [TensorSpec("y", [b, t, width])],
@@ -218,3 +221,12 @@ def test_a_loop_a_scan_would_change_is_not_lifted(fn, why):
     before anything runs, is what the refusal says."""
     with pytest.raises(scan_loops.NotLiftable, match=why):
         fn(torch.randn(2, 5, 8), Lifter)
+
+
+def test_a_scan_under_torchscript_is_named_at_the_model_line(tmp_path):
+    """Plain TorchScript fails inside torch ("could not find kernel for HigherOrderOperator scan"); patched, the
+    model's scan call is named with the exporter that writes it as an ONNX Scan."""
+    text = _export(ScanRNN(), tmp_path, "torchscript")
+    head = text.split("also tried")[0]
+    assert "torch's scan is traced only by the dynamo exporter" in head and _line(ScanRNN, 7) in head, \
+        text[-1200:]

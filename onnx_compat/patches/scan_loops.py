@@ -309,3 +309,31 @@ class StackedSteps:
             raise AttributeError(name)
         raise UnsupportedPattern(f"{self.site}: a step's output of a loop run as a scan is used (.{name}); only "
                                  f"torch.stack(list, dim) or torch.cat(list, dim) of the whole list is supported")
+
+
+def _scan_outside_dynamo(wrapped, instance, args, kwargs):
+    """A model's own ``scan`` call while the TorchScript exporter traces: torch fails far from the model
+    ("could not find kernel for HigherOrderOperator scan"); said instead at the model's line, with the way out."""
+    from ._warning_site import frame_site, model_frame_outside_torch
+    from .when import torchscript_exporting
+    if torchscript_exporting():
+        raise UnsupportedPattern(f"{frame_site(model_frame_outside_torch())}: torch's scan is traced only by the "
+                                 f"dynamo exporter, which writes it as an ONNX Scan; the TorchScript exporter "
+                                 f"cannot trace it. Export with exporter='dynamo' (or 'auto')")
+    return wrapped(*args, **kwargs)
+
+
+def _register() -> None:
+    from onnx_compat.patches.registry import Patch, register
+    register(Patch(
+        name="scan_under_torchscript",
+        description="a model's own torch scan (torch._higher_order_ops.scan) met by the TorchScript exporter is "
+                    "one error naming the model's line and the dynamo exporter, which writes it as an ONNX Scan",
+        targets=("torch._higher_order_ops.scan:scan",),
+        wrapper=_scan_outside_dynamo,
+        when="export",
+        optional=("torch._higher_order_ops.scan:scan",),
+    ))
+
+
+_register()
