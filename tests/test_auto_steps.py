@@ -5,8 +5,10 @@ inside ``patched()``, each checked by ``verify`` at three shapes the export neve
 step did not check.
 
 Which models: every case of the round-three pattern models (``pattern_models_round3.py``,
-``pattern_models_round3b.py``: ``test_patterns_round3.py``'s tables), and of ``pattern_models.py`` the first case
-of each model class in ``test_patterns.py``'s tables (table order), so every class is checked once.
+``pattern_models_round3b.py``: ``test_patterns_round3.py``'s tables, and the round-three classes no table builds,
+``OTHERS``), and of ``pattern_models.py`` the first case of each model class in ``test_patterns.py``'s tables
+(table order), so every class is checked once. ``export(exporter="dynamo")`` is held to the two dynamo steps on
+the two models where they differ from it (``ONE_EXPORTER``).
 
 Why it stays cheap: where auto verifies, the property holds whatever the steps do, so the four steps (two dynamo
 exports, ~5 s each) run only for the models auto does not verify. auto's second export for speed
