@@ -1,6 +1,6 @@
 """The SSL encoders' sample-level padding mask reduced to frames (issue #47, 7), without its branch.
 
-fairseq's wav2vec 2.0 and HuBERT, WavLM (unilm, and the copies in s3prl and espnet's frontends) reduce the
+fairseq's wav2vec 2.0 and HuBERT, WavLM (unilm, and their copies in s3prl) reduce the
 waveform's padding mask to the conv features' frames with one method of the encoder::
 
     def forward_padding_mask(self, features, padding_mask):
