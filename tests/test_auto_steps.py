@@ -203,7 +203,8 @@ def _property(case, exporter, path):
     if error is None:
         return None
     steps = [(e, p) for e, p in STEPS if exporter in ("auto", e)]
-    outcomes = {f"{'patched' if p else 'plain'} {e}": plain_graph(case.model(), inputs, outputs, e, p) for e, p in steps}
+    outcomes = {f"{'patched' if p else 'plain'} {e}": plain_graph(case.model(), inputs, outputs, e, p)
+                for e, p in steps}
     verified = {step: proto for step, (problem, proto) in outcomes.items() if problem is None}
     bounds = named_bounds(error)
     # what the error names must be where the verified graph is wrong: past the bound it names

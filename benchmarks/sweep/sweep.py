@@ -144,7 +144,8 @@ def auto_at_least_steps(row: dict) -> str:
 
 
 def table(rows: List[dict]) -> str:
-    lines = ["| model | library | kind | " + " | ".join(title for _, title in COLUMNS) + " | auto ≥ steps | pattern |",
+    lines = ["| model | library | kind | " + " | ".join(title for _, title in COLUMNS)
+             + " | auto ≥ steps | pattern |",
              "|" + "---|" * (len(COLUMNS) + 5)]
     for r in rows:
         if "build" in r:
