@@ -306,3 +306,8 @@ def reraise_interrupt(exc: BaseException) -> None:
     """Raise ``KeyboardInterrupt`` (from ``exc``) when ``exc`` came from one; else nothing."""
     if interrupted(exc):
         raise KeyboardInterrupt() from exc
+
+
+class NotLiftable(OnnxCompatError):
+    """Why a Python loop over a dynamic dim is not run as a scan (``patches.scan_loops``); caught there and said in
+    the loop's line-naming refusal, so a user meets it only as that refusal's reason."""

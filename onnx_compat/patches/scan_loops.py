@@ -35,16 +35,14 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ..errors import NotLiftable  # in the one family; importable from here as before
+
 import torch
 
 from onnx_compat.errors import UnsupportedPattern
 
 _FORBIDDEN = (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal,
               ast.Delete, ast.Await)
-
-
-class NotLiftable(Exception):
-    """Why a loop is not run as a scan (said in the loop refusal)."""
 
 
 @dataclass
