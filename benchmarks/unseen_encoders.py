@@ -174,7 +174,7 @@ def _bare_dynamo(subject, names, outputs, path) -> None:
     (the adapter's inputs arrive as one ``*args``, so its shapes are one tuple: ``capture.Dynamo._shapes``)."""
     from onnx_compat.pipeline import capture
     request = capture.Request(subject.adapter(), tuple(subject.args), subject.inputs, subject.outputs)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), capture._quiet_logs():
         warnings.simplefilter("ignore")
         torch.onnx.export(request.model, request.args, path, dynamo=True,
                           dynamic_shapes=capture.Dynamo()._shapes(request), input_names=names, output_names=outputs)
