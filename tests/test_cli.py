@@ -389,7 +389,8 @@ def _nemo_vocabulary(folder) -> list:
 
 # contract -> (factory, extra options, (report key path, value the option must have put there))
 FAMILIES = {
-    "sherpa-onnx/vits": ("vits", lambda d: ["--metadata", "maintainer=cli"], (("metadata", "model", "maintainer"), "cli")),
+    "sherpa-onnx/vits": ("vits", lambda d: ["--metadata", "maintainer=cli"],
+                         (("metadata", "model", "maintainer"), "cli")),
     "sherpa-onnx/matcha": ("matcha", lambda d: ["--opset", "17"], None),
     "sherpa-onnx/nemo-transducer": ("nemo_rnnt", _nemo_vocabulary, None),
     "sherpa-onnx/sense-voice": ("sense_voice", lambda d: ["--language", "en"], (("language",), "en")),

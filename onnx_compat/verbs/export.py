@@ -290,10 +290,11 @@ def writer_arguments(factory: str, contract: str, writer, folder_keyword: str) -
                and n not in job]
     if unknown or missing:
         taken = [n for n in params if n != folder_keyword]
+        why = [f"it takes no {unknown}" + (" (--out names the folder)" if folder_keyword in unknown else "")] \
+            if unknown else []
+        why += [f"it needs {missing}"] if missing else []
         raise FactoryError(f"{factory} returned {sorted(job)} for {call} (--contract {contract}): "
-                           + (f"it takes no {unknown}{' (--out names the folder)' if folder_keyword in unknown else ''}; " if unknown
-                              else "")
-                           + (f"it needs {missing}; " if missing else "") + f"it takes {taken}")
+                           f"{'; '.join(why)}; it takes {taken}")
     return dict(job)
 
 
@@ -328,7 +329,8 @@ def summary(report, verified: bool = True) -> str:
         return "\n".join([report.summary(), files])
     ran = [f"{c.get('consumer')}: {'ok' if c.get('ok') else c.get('skipped') or 'failed'}"
            for c in report.consumer_checks]
-    return "\n".join([f"{report.contract}  {report.parts.folder}", files, *(ran or [f"consumers   {'none ran' if verified else 'not run (--no-verify)'}"])])
+    none = "consumers   " + ("none ran" if verified else "not run (--no-verify)")
+    return "\n".join([f"{report.contract}  {report.parts.folder}", files, *(ran or [none])])
 
 
 def run(args: argparse.Namespace) -> int:
