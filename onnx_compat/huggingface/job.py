@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -21,6 +20,7 @@ from ..api import export
 from ..pipeline.files import check_writable
 from ..spec import TensorSpec
 from . import families, files
+from .checkpoint_folder import first_line, quiet, read_model_type  # read_model_type: still importable from here
 from .errors import ConfigError, FolderError, PreprocessorError, TaskError, UncoveredModelError, WeightsError
 from .families import Family, Task
 from .wrappers import AudioModel, FrameHead
@@ -72,23 +72,6 @@ def from_pretrained_dir(folder, task: Optional[str] = None) -> HFJob:
                  files.runtime_files(folder), folder, chosen.name, model_type, metadata)
 
 
-def read_model_type(folder: str, task: Optional[str]) -> str:
-    path = os.path.join(folder, "config.json")
-    fields = dict(folder=folder, task=task, model_type=None)
-    if not os.path.isdir(folder):
-        raise ConfigError(f"{folder} is not a folder", **fields)
-    if not os.path.isfile(path):
-        raise ConfigError(f"{folder} has no config.json: not a transformers checkpoint folder", **fields)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            model_type = json.load(fh).get("model_type")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"{path} does not read as a JSON object: {exc}", **fields) from exc
-    if not isinstance(model_type, str) or not model_type:
-        raise ConfigError(f"{path} has no model_type", **fields)
-    return model_type
-
-
 def choose_task(family: Family, model_type: str, task: Optional[str], architectures, folder: str) -> Task:
     supported = families.supported_tasks(family, model_type)
     fields = dict(supported=supported, folder=folder, task=task, model_type=model_type)
@@ -114,13 +97,13 @@ def _load(what: str, folder: str, task: Optional[str], model_type: str):
             return transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - whatever transformers raises, one error names the file
             raise ConfigError(f"{folder}/config.json does not load in transformers "
-                              f"{transformers.__version__}: {_first_line(exc)}", **fields) from exc
+                              f"{transformers.__version__}: {first_line(exc)}", **fields) from exc
     if not os.path.isfile(os.path.join(folder, "preprocessor_config.json")):
         return None
     try:
         return transformers.AutoFeatureExtractor.from_pretrained(folder, local_files_only=True)
     except Exception as exc:  # noqa: BLE001
-        raise PreprocessorError(f"{folder}/preprocessor_config.json does not load: {_first_line(exc)}",
+        raise PreprocessorError(f"{folder}/preprocessor_config.json does not load: {first_line(exc)}",
                                 **fields) from exc
 
 
@@ -135,10 +118,10 @@ def load_part(folder: str, task: Task, model_type: str) -> nn.Module:
     fields = dict(folder=folder, task=task.name, model_type=model_type)
     cls = getattr(transformers, families.model_class_name(task, model_type))
     try:
-        with _quiet(transformers):  # its load report would repeat, as a table, what the error below says
+        with quiet(transformers):  # its load report would repeat, as a table, what the error below says
             model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     except Exception as exc:  # noqa: BLE001
-        raise WeightsError(f"{folder}: the weights do not load into {cls.__name__}: {_first_line(exc)}",
+        raise WeightsError(f"{folder}: the weights do not load into {cls.__name__}: {first_line(exc)}",
                            **fields) from exc
     part = model.get_encoder() if task.encoder else model
     inside = {id(p) for p in part.parameters()} | {id(b) for b in part.buffers()}
@@ -194,26 +177,3 @@ def export_pretrained(folder, path, task: Optional[str] = None, *, copy_files: b
         report = export(job.model, path, job.inputs, job.outputs, **export_kwargs)
         report.files += files.commit(staged)  # beside the files the export's steps wrote (a contract's tokens)
     return report
-
-
-@contextmanager
-def _quiet(transformers):
-    """transformers' load report (a table repeating what our error says) and its weight-loading progress bars
-    (carriage-return lines that fill a log when stderr is a pipe) off while we load; both put back after."""
-    logging = transformers.utils.logging
-    level = logging.get_verbosity()
-    bars = getattr(logging, "is_progress_bar_enabled", lambda: False)()
-    logging.set_verbosity_error()
-    if bars:
-        logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

@@ -68,7 +68,7 @@ class WhisperReport:
 
 def load_whisper(folder: str):
     """``WhisperForConditionalGeneration`` with the checkpoint's weights (a tensor it lacks is refused)."""
-    from .job import _first_line, _quiet, read_model_type
+    from .checkpoint_folder import first_line, quiet, read_model_type
     import transformers
     model_type = read_model_type(folder, None)
     fields = dict(folder=folder, task="sherpa-onnx/whisper", model_type=model_type)
@@ -76,12 +76,12 @@ def load_whisper(folder: str):
         raise UncoveredModelError(f"{folder}: model type {model_type!r}: the sherpa-onnx/whisper contract takes "
                                   "Whisper checkpoints only", covered=("whisper",), **fields)
     try:
-        with _quiet(transformers):
+        with quiet(transformers):
             model, info = transformers.WhisperForConditionalGeneration.from_pretrained(
                 folder, local_files_only=True, output_loading_info=True)
     except Exception as exc:  # noqa: BLE001 - whatever transformers raises, one error names the folder
         raise WeightsError(f"{folder}: the weights do not load into WhisperForConditionalGeneration: "
-                           f"{_first_line(exc)}", **fields) from exc
+                           f"{first_line(exc)}", **fields) from exc
     missing = list(info.get("missing_keys", ())) + [str(m[0]) if isinstance(m, (tuple, list)) else str(m)
                                                     for m in info.get("mismatched_keys", ())]
     missing = [k for k in missing if k != "proj_out.weight"]  # tied to the token embedding

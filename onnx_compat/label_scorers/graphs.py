@@ -116,5 +116,6 @@ def with_steps(kind: str, parts: Sequence[Part], maps: Mapping[str, Mapping[str,
     its per-graph rules, run by ``export()`` before the graph is written."""
     from .step import LabelScorerGraphStep
     for part in parts:
-        part.steps = list(part.steps) + [LabelScorerGraphStep(kind, part.name, maps.get(part.name, {}), part.state_io())]
+        part.steps = list(part.steps) + [LabelScorerGraphStep(kind, part.name, maps.get(part.name, {}), part.state_io(),
+                                                                 FRAMES)]
     return list(parts)

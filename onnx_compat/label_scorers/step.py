@@ -18,7 +18,6 @@ from typing import Dict, List, Mapping
 from onnx_compat.pipeline.steps import Step
 
 from .errors import LabelScorerError
-from .graphs import FRAMES
 from .loader import Finding, state_rules, validator
 from .rasr_specs import KINDS, spec_of
 
@@ -26,8 +25,10 @@ from .rasr_specs import KINDS, spec_of
 class LabelScorerGraphStep(Step):
     name = "rasr-label-scorer"
 
-    def __init__(self, kind: str, graph: str, io_map: Mapping[str, str], states: Mapping[str, str]) -> None:
-        self.kind, self.graph = kind, graph
+    def __init__(self, kind: str, graph: str, io_map: Mapping[str, str], states: Mapping[str, str],
+                 frames: str) -> None:
+        # frames: the encoder frames' dim (``graphs.FRAMES``), passed in by ``with_steps``: graphs imports this step
+        self.kind, self.graph, self.frames = kind, graph, frames
         self.io_map, self.states = dict(io_map), dict(states)
         self.checked: List[str] = []
 
@@ -40,7 +41,7 @@ class LabelScorerGraphStep(Step):
                 proto.metadata_props.add(key=key, value=value)
         found: List[Finding] = validator(self.graph, proto, self.io_map, spec_of(self.kind, self.graph))
         if self.graph != "encoder" and self.kind in ("stateful", "transducer"):
-            found += state_rules(self.graph, proto, FRAMES if self.kind == "stateful" else None)
+            found += state_rules(self.graph, proto, self.frames if self.kind == "stateful" else None)
         if found:
             raise LabelScorerError(f"graph {self.graph!r}: RASR would refuse it (or crash on it): " +
                                    "; ".join(str(f) for f in found), graph=found[0].graph, tensor=found[0].tensor,

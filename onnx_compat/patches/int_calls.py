@@ -73,12 +73,6 @@ def int_of(value, *args, **kwargs):
     return int(value, *args, **kwargs)
 
 
-def count_kept() -> None:
-    """A stand-in (``len_of``, ``max_of``, ``min_of``) changed what the model's call returns."""
-    global _kept
-    _kept += 1
-
-
 def _rewritten(code: types.CodeType, cache: Dict[types.CodeType, types.CodeType]) -> types.CodeType:
     """``code`` with every called ``int``/``len``/``max`` loaded as its stand-in's name (``NAMES``; nested code
     objects too); ``code`` itself when it has none."""
@@ -201,8 +195,8 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
     if not torch.onnx.is_in_onnx_export() or root is None or strict:
         idle("padded_lengths_int")
         return wrapped(*args, **kwargs)
-    from .lengths import weights_of
-    undo, before = _redirect(_functions_of(root)), _kept
+    from .lengths import forget_batch, substitutions, weights_of  # len_of/max_of/min_of count their own calls
+    undo, before = _redirect(_functions_of(root)), _kept + substitutions()
     weights_of(root)
     try:
         # the length_caches patch: caches grown before the export are grown in the trace; padding_mask_frames:
@@ -211,9 +205,8 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
             return wrapped(*args, **kwargs)
     finally:
         _restore(undo)
-        from .lengths import forget_batch
         forget_batch()
-        if _kept == before:
+        if _kept + substitutions() == before:
             idle("padded_lengths_int")
 
 

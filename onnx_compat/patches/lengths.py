@@ -276,9 +276,17 @@ def len_of(value):
     return size
 
 
+_substitutions = 0  # len/max/min calls a stand-in answered (``int_calls`` reads it for ``patch.idle``)
+
+
 def _substituted() -> None:
-    from .int_calls import count_kept
-    count_kept()
+    global _substitutions
+    _substitutions += 1
+
+
+def substitutions() -> int:
+    """How many ``len``/``max``/``min`` calls a stand-in has answered so far (``int_calls``: was the patch idle)."""
+    return _substitutions
 
 
 def max_of(*args, **kwargs):
