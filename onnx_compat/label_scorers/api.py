@@ -11,10 +11,8 @@ unless every step passed.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -30,40 +28,11 @@ from onnx_compat.streaming.states import StateSpec
 
 from . import checks, config, folders, loader
 from .backends import RasrEmulator, TorchCallables
-from .graphs import FRAMES, Callables, build, with_steps
+from .graphs import FRAMES, FRAMES_EXAMPLE, Callables, build, with_steps
 from .proof import check_decoded, prove, refuse_empty_early
 from .rasr_specs import KINDS, STATEFUL
 from .rehearsal import check_eval_mode, rehearse, utterance_lengths
-
-CONFIG_FILE, REPORT_FILE = "label-scorer.config", "report.json"
-FRAMES_EXAMPLE = 16  # the decoder graphs' export example of encoder frames; the proof's long utterance has 4x
-
-
-@dataclass
-class LabelScorerReport:
-    folder: str
-    kind: str
-    rasr_type: str
-    release: str
-    files: Dict[str, str] = field(default_factory=dict)
-    config: str = ""
-    loader: List[str] = field(default_factory=list)  # the rule sets each graph passed
-    steps: dict = field(default_factory=dict)  # per graph: what its steps did (RASR metadata and rules, stamped dims)
-    graphs: dict = field(default_factory=dict)  # per graph: exporter, I/O, verification (parts' report)
-    states: dict = field(default_factory=dict)
-    decodes: List[dict] = field(default_factory=list)
-    row_max_abs_err: float = 0.0  # the largest difference of a batched row from its context scored alone
-    rows_checked: int = 0  # rows of batched runs compared with their context run alone
-    uses_encoder_lengths: Dict[str, bool] = field(default_factory=dict)
-    notes: List[str] = field(default_factory=list)  # what the proof could not show (a trivial decode)
-    removed: List[str] = field(default_factory=list)  # the folder's files of an earlier export not written again
-    timings: Dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+from .reports import CONFIG_FILE, REPORT_FILE, LabelScorerReport
 
 
 def export_label_scorer(folder: str, *, kind: str, encoder: Optional[Callable] = None,
@@ -118,7 +87,7 @@ def export_label_scorer(folder: str, *, kind: str, encoder: Optional[Callable] =
                                                      features, beam, states, updater_states, scorer_states, batch)
     folder = config.check_value(os.path.abspath(folder), "folder")
     earlier = folders.earlier_files(folder, kind)
-    fns = Callables(encoder, score, initial, update, module or _owner(encoder, initial, update, score))
+    fns = Callables(encoder, score, initial, update, module or checks.weights_owner(encoder, initial, update, score))
     check_eval_mode(fns.module)
     measured: dict = {}
     if progress is not None:
@@ -209,16 +178,6 @@ def _write_report(report: LabelScorerReport, parts_report, seconds: float) -> No
     report.files["report"] = os.path.join(report.folder, REPORT_FILE)
     report.timings["total"] = seconds
     write_text_atomically(report.files["report"], report.to_json() + "\n")
-
-
-def _owner(*callables) -> torch.nn.Module:
-    """The module whose weights the callables use: a module itself, or the one a bound method belongs to."""
-    for fn in callables:
-        found = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-        if isinstance(found, torch.nn.Module):
-            return found
-    raise checks.LabelScorerError("none of the callables is a module or a module's method: pass module= (the module "
-                                  "holding their weights)", tensor="module", rule="weights' module")
 
 
 def _settings(kind: str, blank, sentence_end, history: int, start_label: int):

@@ -251,3 +251,13 @@ def probe_lengths(fn, enc: torch.Tensor, lengths: torch.Tensor, *rest) -> bool:
         a = flatten(fn(*rest[:1], enc, lengths, *rest[1:]))
         b = flatten(fn(*rest[:1], enc, (lengths - 1).clamp(min=1), *rest[1:]))
     return not all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def weights_owner(*callables) -> torch.nn.Module:
+    """The module whose weights the callables use: a module itself, or the one a bound method belongs to."""
+    for fn in callables:
+        found = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+        if isinstance(found, torch.nn.Module):
+            return found
+    raise LabelScorerError("none of the callables is a module or a module's method: pass module= (the module "
+                           "holding their weights)", tensor="module", rule="weights' module")

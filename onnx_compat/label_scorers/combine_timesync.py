@@ -32,6 +32,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from . import config
+from .combine_members import managed_member, torch_member
 from .errors import DecodeMismatch, LabelScorerError
 from .proof import searches
 from .search import time_sync
@@ -129,7 +130,6 @@ class TimeSynchronous:
 def _members(text: str, jobs, reports):
     """(the scorers over the graphs, configured from ``text`` as written; the same over PyTorch; scales)."""
     from .backends import RasrEmulator, TorchCallables
-    from .combine import _managed_member, _torch_member
     parts = sections(text)
     count = int(parts["[*]"]["num-label-scorers"])
     if count != len(jobs):
@@ -143,8 +143,8 @@ def _members(text: str, jobs, reports):
                                       job.get("scorer_states") or names, job.get("batch", "hyps"),
                                       job.get("scores", "log-probs") == "log-probs", rep.uses_encoder_lengths,
                                       job.get("history", 1), job.get("start_label", 0))
-    rasr = [RasrEmulator(job["kind"], values[0])] + [_managed_member(v, "lm") for v in values[1:]]
-    torch_side = [torch_transducer] + [_torch_member(j, r, "lm", None, None) for (j, _), r in zip(jobs[1:], reports[1:])]
+    rasr = [RasrEmulator(job["kind"], values[0])] + [managed_member(v, "lm") for v in values[1:]]
+    torch_side = [torch_transducer] + [torch_member(j, r, "lm", None, None) for (j, _), r in zip(jobs[1:], reports[1:])]
     return rasr, torch_side, [float(v["scale"]) for v in values]
 
 

@@ -25,10 +25,9 @@ from onnx_compat.runtimes.compare import closeness
 from onnx_compat.spec import Dim, TensorSpec
 
 from . import config
-from .api import CONFIG_FILE, FRAMES_EXAMPLE, _owner
-from .checks import _check_features, check_scores
+from .checks import _check_features, check_scores, weights_owner
 from .errors import DecodeMismatch, LabelScorerError
-from .graphs import ENCODER_STATES, Callables
+from .graphs import ENCODER_STATES, FRAMES_EXAMPLE, Callables
 from .loader import Finding, validator
 from .managed_search import eager_call, session_call
 from .rasr_specs import ENCODER, F32, I32, Entry
@@ -38,7 +37,7 @@ from .proof import check_decoded
 from .rehearsal import check_eval_mode
 from .managed_graph import earlier_files, encoder_graph, export_graphs, finish
 from .managed_proof import encode
-from .state_managed import StateManagedReport
+from .reports import CONFIG_FILE, StateManagedReport
 
 RASR_TYPE, RELEASE = "full-context-onnx", "full-context-pr"
 RELEASE_TEXT = "RASR with the open full-context PR #241 (cb96aaf9)"
@@ -79,7 +78,7 @@ def export_full_context(folder: str, *, score: Callable, vocabulary: Sequence[st
     t0 = time.perf_counter()
     tell = progress or (lambda stage: None)
     _checked(vocabulary, sentence_end, start_label, encoder, features, encoder_dim, scores)
-    owner = module or _owner(*(f for f in (score, encoder) if f is not None))
+    owner = module or weights_owner(*(f for f in (score, encoder) if f is not None))
     check_eval_mode(owner)
     folder = config.check_value(os.path.abspath(folder), "folder")
     earlier = earlier_files(folder, {"scorer.onnx"} | ({"encoder.onnx"} if encoder is not None else set()))

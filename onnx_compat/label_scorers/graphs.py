@@ -22,6 +22,7 @@ from onnx_compat.spec import Dim, TensorSpec
 
 ENCODER_STATES = "encoder_states"
 FRAMES = "frames"  # the encoder frames' dim in every graph (and in a state sized by them)
+FRAMES_EXAMPLE = 16  # the decoder graphs' export example of encoder frames; the proof's long utterance has 4x
 
 
 @dataclass

@@ -24,10 +24,10 @@ from onnx_compat.pipeline.files import write_text_atomically
 from onnx_compat.spec import Dim, TensorSpec
 
 from . import folders
-from .api import FRAMES_EXAMPLE, REPORT_FILE
 from .errors import LabelScorerError
-from .graphs import ENCODER_STATES
+from .graphs import ENCODER_STATES, FRAMES_EXAMPLE
 from .rasr_specs import KINDS, graphs_of
+from .reports import REPORT_FILE
 
 SIZES = {"suffix": 3, "prefix": 5, "history": 2, "frames": FRAMES_EXAMPLE}
 

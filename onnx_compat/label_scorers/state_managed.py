@@ -28,21 +28,13 @@ from onnx_compat.pipeline.adapter import flatten
 from onnx_compat.spec import Dim, TensorSpec
 
 from . import config, managers
-from .api import CONFIG_FILE, FRAMES_EXAMPLE, LabelScorerReport, _owner
-from .checks import _check_features, check_scores
+from .checks import _check_features, check_scores, weights_owner
 from .errors import LabelScorerError
-from .graphs import ENCODER_STATES, Callables
+from .graphs import ENCODER_STATES, FRAMES_EXAMPLE, Callables
 from .managed_graph import StepGraph, check_inputs_used, earlier_files, encoder_graph, export_graphs, finish, specs
 from .managed_proof import proof as make_proof
 from .rehearsal import check_eval_mode, utterance_lengths
-
-@dataclass
-class StateManagedReport(LabelScorerReport):
-    manager: str = ""
-    layout: str = ""  # "cache" (one position per label), "recurrent" ([B, S]) or "recurrent-stacked"
-    notes: List[str] = field(default_factory=list)  # what RASR would do wrong and what was written instead
-    mixed_batch: dict = field(default_factory=dict)  # hypotheses of different prefix lengths in one run
-
+from .reports import CONFIG_FILE, StateManagedReport
 
 _NOT_HERE = ("initial", "update", "updater_states", "scorer_states", "blank")
 
@@ -132,7 +124,7 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     t0 = time.perf_counter()
     layout = _checked(manager, states, batch, vocabulary, sentence_end, start_labels, encoder, features,
                       encoder_dim, scores, beam)
-    owner = module or _owner(*(f for f in (score, encoder) if f is not None))
+    owner = module or weights_owner(*(f for f in (score, encoder) if f is not None))
     check_eval_mode(owner)
     folder = config.check_value(os.path.abspath(folder), "folder")
     earlier = earlier_files(folder, {"scorer.onnx"} | ({"encoder.onnx"} if encoder is not None else set()))
