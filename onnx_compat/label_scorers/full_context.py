@@ -145,7 +145,7 @@ def _rehearse(score, vocabulary, convention, encoder, encoder_dim, start_label) 
         check_scores(out, hyps, vocabulary, convention)
         padded = torch.where(torch.arange(4)[None] < lengths[:, None], history, (history + 1) % vocab)
         other = score(padded, lengths, *enc_args)
-        if not torch.allclose(out, other, atol=1e-5):
+        if not closeness(other, out, atol=1e-5, rtol=1e-5).ok:
             raise LabelScorerError("the scores change when the history's padding changes: full-context-onnx "
                                    "right-pads shorter histories with zeros; mask the positions at and after "
                                    "history-size", graph="scorer", tensor="history", rule="padding ignored")
