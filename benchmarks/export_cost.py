@@ -67,9 +67,12 @@ def _pipeline(job, exporter, cleanup, tmp, patches=None):
     return _clock() - t0, report
 
 
+WARM_UP = [True]  # --no-warm-up (the tests' smoke run): the script's path without its timing precision
+
+
 def _medians(fns, runs):
     """Interleaved runs of each fn (after one warm-up each); median seconds per fn."""
-    for fn in fns:
+    for fn in fns if WARM_UP[0] else ():
         fn()
     times = [[] for _ in fns]
     for _ in range(runs):
@@ -113,8 +116,10 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--only", choices=["conformer", "mha"], help="one model only")
     p.add_argument("--clock", choices=sorted(CLOCK), default="wall", help="cpu: process CPU seconds (loaded machine)")
+    p.add_argument("--no-warm-up", action="store_true", help="no warm-up run before the timed ones (a smoke run)")
     add_write_option(p, "export-cost", "docs/benchmarks.md")
     args = p.parse_args(argv)
+    WARM_UP[0] = not args.no_warm_up
     global _clock
     _clock = CLOCK[args.clock]
     torch.set_num_threads(1)
