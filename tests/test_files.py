@@ -64,3 +64,34 @@ def test_text_beside_a_model_follows_the_umask_and_a_failed_write_leaves_nothing
     with pytest.raises(OSError):
         files.write_text_atomically(str(tmp_path / "config.txt"), "x")
     assert sorted(os.listdir(tmp_path)) == ["tokens.txt"]
+
+
+def test_a_family_writers_report_is_written_whole(tmp_path, monkeypatch):
+    """The sherpa-onnx family writers' reports (Whisper, FunASR, TTS) share ``FolderReport.to_json``: the JSON is
+    the report's ``to_dict``, and a write that fails leaves neither the file nor a temporary beside it (they each
+    opened the path with a plain ``open`` before)."""
+    import json
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from onnx_compat.parts.folder_report import FolderReport
+
+    @dataclass
+    class Written(FolderReport):
+        parts: object
+
+        def to_dict(self):
+            return {"files": self.files}
+
+    report = Written(SimpleNamespace(files={"encoder": "/f/encoder.onnx", "decoder": "/f/decoder.onnx"}))
+    path = tmp_path / "report.json"
+    assert json.loads(report.to_json(str(path))) == json.loads(path.read_text()) == \
+        {"files": ["/f/decoder.onnx", "/f/encoder.onnx"]}
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        report.to_json(str(tmp_path / "other.json"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]

@@ -24,6 +24,7 @@ import torch
 from ..contracts.base import ContractError, Finding
 from ..contracts import sherpa_whisper as sw
 from ..errors import ArgumentError
+from ..parts.folder_report import FolderReport
 from ..spec import Dim, TensorSpec
 from .errors import ConfigError, UncoveredModelError, WeightsError
 from .whisper_graphs import WhisperDecoderGraph, WhisperEncoderGraph
@@ -35,7 +36,7 @@ MAX_TOKENS = 8  # tokens per decoder call in the verification (sherpa-onnx feeds
 
 
 @dataclass
-class WhisperReport:
+class WhisperReport(FolderReport):
     """What was written (``parts``: the ``PartsReport``), the encoder's metadata, the language, the consumers' runs."""
 
     parts: object
@@ -44,21 +45,9 @@ class WhisperReport:
     consumer_checks: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
-    @property
-    def files(self) -> List[str]:
-        return sorted(self.parts.files.values())
-
     def to_dict(self) -> dict:
         return {"contract": sw.NAME, "metadata": self.metadata, "language": self.language, "files": self.files,
                 "consumer_checks": self.consumer_checks, "notes": self.notes, "parts": self.parts.to_dict()}
-
-    def to_json(self, path: Optional[str] = None) -> str:
-        """The report as JSON text (``Report.to_json``'s form), also written to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=2)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-        return text
 
     def summary(self) -> str:
         ran = [f"{c['consumer']}: {'same tokens' if c.get('ok') else c.get('skipped')}" for c in self.consumer_checks]

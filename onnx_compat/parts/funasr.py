@@ -11,7 +11,6 @@ native binary) against PyTorch's decode on sherpa-onnx's own features; only then
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -24,10 +23,11 @@ from ..contracts import sherpa_funasr as sf
 from ..contracts import sherpa_sense_voice as sv
 from ..contracts.base import ContractError, Finding
 from ..spec import Dim, TensorSpec
+from .folder_report import FolderReport
 
 
 @dataclass
-class FunAsrReport:
+class FunAsrReport(FolderReport):
     """What was written (``parts``: the ``PartsReport``), the metadata, the language decoded with, the consumers'
     runs, notes (FunASR settings sherpa-onnx does not follow, such as ``dither``)."""
 
@@ -38,18 +38,11 @@ class FunAsrReport:
     consumer_checks: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
-    @property
-    def files(self) -> List[str]:
-        return sorted(self.parts.files.values())
-
     def to_dict(self) -> dict:
         return {"contract": self.contract, "metadata": self.metadata, "language": self.language,
                 "files": self.files, "consumer_checks": self.consumer_checks, "notes": self.notes,
                 "parts": self.parts.to_dict()}
 
-    def to_json(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
 
 
 def _first(out):

@@ -10,7 +10,6 @@ written, against PyTorch's synthesis of the same token ids (noise scales 0). Onl
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -24,13 +23,14 @@ from ..contracts import sherpa_tts as st
 from ..contracts.base import ContractError, Finding
 from ..pipeline.steps import Step
 from ..spec import Dim, TensorSpec
+from .folder_report import FolderReport
 
 PROOF_TEXTS = 3
 CONSUMER_ATOL = 1e-4  # float32 audio in [-1, 1]: the graph's rounding, not a tolerance for a wrong duration
 
 
 @dataclass
-class TtsReport:
+class TtsReport(FolderReport):
     """What was written (``parts``: the ``PartsReport``), the metadata of each graph, the proof's texts and ids,
     the consumers' runs (per text: samples, max_abs_err, worst sample)."""
 
@@ -42,18 +42,11 @@ class TtsReport:
     consumer_checks: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
-    @property
-    def files(self) -> List[str]:
-        return sorted(self.parts.files.values())
-
     def to_dict(self) -> dict:
         return {"contract": self.contract, "metadata": self.metadata, "files": self.files, "texts": self.texts,
                 "ids": self.ids, "consumer_checks": self.consumer_checks, "notes": self.notes,
                 "parts": self.parts.to_dict()}
 
-    def to_json(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
 
 
 class PiperGraph(torch.nn.Module):
