@@ -199,3 +199,19 @@ def vocabulary_findings(vocabulary: Sequence[str], classes: int) -> List[Finding
 
 def tokens_text(vocabulary: Sequence[str]) -> str:
     return "".join(f"{s} {i}\n" for i, s in enumerate(vocabulary))
+
+
+def graph_findings(graph, proto, meta, front: FrontEnd):
+    """A FunASR graph's ports by position (``graph``: the family's ``Contract``), then its feature width against
+    the front end's ``n_mels x lfr_m``: ``(findings, classes)``, ``classes`` (the logits' width, which the family's
+    metadata findings read) ``None`` when the ports themselves are wrong."""
+    from ..graph import value_info
+    try:
+        graph.check(proto, None, meta)
+    except ContractError as exc:
+        return list(exc.findings), None
+    found: List[Finding] = []
+    width = value_info(proto.graph.input[0])["dims"][2]
+    if width != front.width:
+        found.append(Finding("input 0 dim 2", f"{front.width} (n_mels x lfr_m)", str(width)))
+    return found, value_info(proto.graph.output[0])["dims"][2]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .base import Contract, ContractError, Finding, MetaKey, Port, axes, positive_int
-from .sherpa_funasr import FrontEnd, front_end_findings, front_end_metadata
+from .sherpa_funasr import FrontEnd, front_end_findings, front_end_metadata, graph_findings
 
 NAME = "sherpa-onnx/paraformer"
 CONSUMER = "sherpa-onnx (offline Paraformer: OfflineRecognizer.from_paraformer, sherpa-onnx-offline --paraformer)"
@@ -80,17 +80,8 @@ def check_metadata(meta: Mapping[str, str], front: FrontEnd, classes: int) -> No
 
 def check(proto, meta: Mapping[str, str], front: FrontEnd) -> None:
     """Before writing: the ports by position, then ``metadata_findings`` against the graph's classes and width."""
-    try:
-        GRAPH.check(proto, None, meta)
-        found: List[Finding] = []
-    except ContractError as exc:
-        found = list(exc.findings)
-    if not found:
-        from ..graph import value_info
-        classes = value_info(proto.graph.output[0])["dims"][2]
-        width = value_info(proto.graph.input[0])["dims"][2]
-        if width != front.width:
-            found.append(Finding("input 0 dim 2", f"{front.width} (n_mels x lfr_m)", str(width)))
+    found, classes = graph_findings(GRAPH, proto, meta, front)
+    if classes is not None:
         found += metadata_findings(meta, front, classes)
     if found:
         raise ContractError(NAME, found)

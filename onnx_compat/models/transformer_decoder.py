@@ -22,6 +22,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
+from .aed import AED
 from .conformer import ConformerEncoder, _mask
 
 
@@ -144,17 +145,8 @@ class TransformerAED(nn.Module):
         self.encoder = ConformerEncoder(features, vocab + 1, dim=dim, layers=1, heads=4, kernel=7)
         self.decoder = TransformerDecoder(vocab, dim, 4, layers, 2 * dim, encoder_dim=dim)
 
-    def encode(self, features: torch.Tensor, lengths: torch.Tensor):
-        """``[B, T, F]``, ``[B]`` -> encoder frames ``[B, T', E]`` and their lengths."""
-        x, lengths = self.encoder.subsampling(features, lengths)
-        mask = _mask(x, lengths)
-        for block in self.encoder.blocks:
-            x = block(x, mask)
-        return x, lengths
-
-    def ctc_log_probs(self, frames: torch.Tensor) -> torch.Tensor:
-        """The encoder's own output layer as a CTC head on frames ``[..., E]``: ``vocab + 1`` classes, blank last."""
-        return self.encoder.output(frames).log_softmax(-1)
+    encode = AED.encode  # the bundled Conformer's frames, as the LSTM AED reads them
+    ctc_log_probs = AED.ctc_log_probs  # the encoder's own output layer as the CTC head, blank last
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, max_labels: int) -> List[int]:
