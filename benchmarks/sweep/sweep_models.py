@@ -768,3 +768,6 @@ def pytorch_tcn():
 
 # the second round's models register themselves into ENTRIES (round=2)
 import sweep_models2  # noqa: E402,F401
+# the third round's models (round=3): OCR, time series and NLP; then speech, music and state-space models
+import sweep_models3  # noqa: E402,F401
+import sweep_models3b  # noqa: E402,F401
