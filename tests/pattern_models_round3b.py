@@ -76,3 +76,31 @@ class ComplexDiff(nn.Module):
     def forward(self, x):  # [B, T] -> [B, 17, frames - 1]
         spec = torch.stft(x, 32, 8, window=torch.hann_window(32, device=x.device), return_complex=True)
         return torch.diff(spec, dim=-1).abs()
+
+
+# --- 9. segments whose stride is the whole length (EnCodec's encode with no segment set) ------------
+
+class WholeLengthSegments(nn.Module):
+    """EnCodec's ``EncodecModel.encode``: the input cut into segments at a stride, each encoded, the codes
+    decoded per segment. With no segment set (``segment=None``) the segment and the stride are the whole
+    length, so ``range(0, length, stride)`` is one step, offset 0, at every length; with a segment set it is
+    real chunking, whose count follows the length."""
+
+    def __init__(self, segment=None):
+        super().__init__()
+        self.segment = segment
+        self.encoder = nn.Conv1d(1, 4, 5, padding=2)
+        self.decoder = nn.Conv1d(4, 1, 3, padding=1)
+
+    def forward(self, x):  # [B, 1, T] -> [B, 1, T]
+        _, channels, length = x.shape
+        if self.segment is None:
+            segment_length = length
+            stride = length
+        else:
+            segment_length = stride = self.segment
+        encoded_frames = []
+        for offset in range(0, length, stride):
+            frame = x[:, :, offset: offset + segment_length]
+            encoded_frames.append(torch.tanh(self.encoder(frame)))
+        return self.decoder(torch.cat(encoded_frames, -1))[:, :, :x.shape[-1]]

@@ -13,7 +13,9 @@ While the dynamo exporter traces, iterating over a tensor whose first dim is
 dynamic, or ``range()`` of a dynamic size in the model's own code (read off
 the calling bytecode), raises one error naming the source line and the dim, so
 the fix (tensor ops over the whole dim, or a static size)
-is clear. Torch's own code is left alone. One loop is lifted instead of
+is clear. Torch's own code is left alone. A ``range()`` whose steps are proven the same numbers at every
+size is not sized by the dim and runs at the example's values (``constant_ranges.py``: EnCodec's
+``range(0, length, stride)`` with the stride the whole length, one step). One loop is lifted instead of
 refused: iterating over a dynamic batch gives one row standing for every row
 (``batch_rows.py``), which a length regulator's ``repeat_interleave`` and
 ``pad_sequence`` take as batched graph ops; anything else done with it is
@@ -39,7 +41,7 @@ import torch
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
-from . import scan_loops
+from . import constant_ranges, scan_loops
 from .batch_rows import BatchRow
 from .unrolled_rows import remember_rows
 from .when import torchscript_exporting
@@ -190,6 +192,9 @@ def _index(wrapped, instance, args, kwargs):
     to torch, whose strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
     frame = _model_frame()
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
+        same = constant_ranges.example_index(frame, instance)
+        if same is not None:
+            return same  # the range's steps are the same numbers at every size (constant_ranges.py)
         why = _as_scan(frame, lambda loop: scan_loops.scanned_range(loop, instance), by_index=True)
         if why is None:
             return 0  # the loop ran as a scan: range(0), no Python step

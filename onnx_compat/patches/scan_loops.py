@@ -269,9 +269,13 @@ def check_unbound(loop: Optional[ast.For], via_iter: bool) -> None:
 def scanned_range(loop: Optional[ast.For], size) -> torch.Tensor:
     """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step)."""
     it = None if loop is None else loop.iter
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-            and len(it.args) == 1 and not it.keywords):
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
         raise NotLiftable("its iterable is not range(size) of one argument")
+    if len(it.args) != 1:  # chunks or a stride: its steps were not proven the same at every size
+        raise NotLiftable(f"its iterable {ast.unparse(it)} steps through the dim, and its steps were not proven "
+                          f"the same at every size (as range(0, n, n) is: one step); chunks of a fixed size over a "
+                          f"dynamic length are cut with tensor ops over the whole dim (pad it to a multiple of the "
+                          f"chunk, then x.unfold(dim, chunk, stride) or a reshape to [..., count, chunk])")
     return torch.arange(size)
 
 
