@@ -34,7 +34,8 @@ from __future__ import annotations
 import dis
 import sys
 import types
-from typing import Dict, List, Optional, Set
+import weakref
+from typing import Dict, FrozenSet, List, Optional, Set
 
 import torch
 
@@ -73,12 +74,50 @@ def int_of(value, *args, **kwargs):
     return int(value, *args, **kwargs)
 
 
-def _rewritten(code: types.CodeType, cache: Dict[types.CodeType, types.CodeType]) -> types.CodeType:
+class _CodeMemo:
+    """Per code object, what ``_rewritten`` and ``_names`` make of it, kept across exports (issue #50: the
+    disassembly of every function the model reaches was a fifth of a tiny model's export, anew each time).
+
+    Keyed by the code object's identity, held weakly: a code object never changes, so its rewrite cannot go
+    stale, and a function redefined or given a new ``__code__`` has a new code object, which misses. An entry
+    goes when its code object goes. The rewrite also depends on ``NAMES``: a different ``NAMES`` empties it."""
+
+    def __init__(self):
+        self._entries: Dict[int, list] = {}  # id(code) -> [weak ref to code, rewritten or None, names or None]
+        self._names_key = None
+
+    def follow_names(self) -> None:
+        """Empties the memo when ``NAMES`` is not what its rewrites were made with (called once per redirect)."""
+        names_key = tuple(sorted(NAMES.items()))
+        if names_key != self._names_key:
+            self._entries.clear()
+            self._names_key = names_key
+
+    def entry(self, code: types.CodeType) -> list:
+        key = id(code)
+        found = self._entries.get(key)
+        if found is not None and found[0]() is code:
+            return found
+        found = [weakref.ref(code, lambda _ref, key=key: self._forget(key, _ref)), None, None]
+        self._entries[key] = found
+        return found
+
+    def _forget(self, key: int, ref) -> None:
+        if self._entries.get(key, (None,))[0] is ref:
+            del self._entries[key]
+
+
+_MEMO = _CodeMemo()
+_UNCHANGED = "unchanged"  # the memo's mark for a code object the rewrite leaves as it is (not a strong ref)
+
+
+def _rewritten(code: types.CodeType) -> types.CodeType:
     """``code`` with every called ``int``/``len``/``max`` loaded as its stand-in's name (``NAMES``; nested code
-    objects too); ``code`` itself when it has none."""
-    if code in cache:
-        return cache[code]
-    consts = tuple(_rewritten(c, cache) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    objects too); ``code`` itself when it has none. Memoised per code object (``_CodeMemo``)."""
+    entry = _MEMO.entry(code)
+    if entry[1] is not None:
+        return code if entry[1] is _UNCHANGED else entry[1]
+    consts = tuple(_rewritten(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
     out = code if consts == code.co_consts else code.replace(co_consts=consts)
     sites = [i for i in dis.get_instructions(code) if i.opcode == _LOAD_GLOBAL and i.argval in NAMES
              and i.arg & 1] if _CALLED_LOAD and set(NAMES) & set(code.co_names) else []
@@ -89,7 +128,7 @@ def _rewritten(code: types.CodeType, cache: Dict[types.CodeType, types.CodeType]
         changed = [_point_at(raw, site, names.index(NAMES[site.argval])) for site in sites]
         if any(changed):
             out = out.replace(co_code=bytes(raw), co_names=names)
-    cache[code] = out
+    entry[1] = _UNCHANGED if out is code else out
     return out
 
 
@@ -113,16 +152,18 @@ def _is_library(fn) -> bool:
 
 def _functions_of(root) -> List[types.FunctionType]:
     """The Python functions the model's forward may run: its modules' classes' methods and, three calls deep,
-    the functions and classes they reach by global name (``helper(...)``, ``utils.helper(...)``)."""
+    the functions and classes they reach by global name (``helper(...)``, ``utils.helper(...)``). Walked anew
+    at every export (a class's methods and a module's globals may have changed since), each class's methods
+    listed once per walk."""
+    classes: Dict[int, List[types.FunctionType]] = {}
     start = []
     modules = root.modules() if isinstance(root, torch.nn.Module) else ()
     for cls in {type(m) for m in modules} | ({type(root)} if not isinstance(root, torch.nn.Module) else set()):
-        for klass in cls.__mro__:
-            start += [_function(v) for v in vars(klass).values()]
+        start += _methods(cls, classes)
     if isinstance(root, types.FunctionType):
         start.append(root)
     seen: Set[int] = set()
-    found, frontier = [], [f for f in start if f is not None]
+    found, frontier = [], start
     for _ in range(4):
         following = []
         for fn in frontier:
@@ -130,48 +171,67 @@ def _functions_of(root) -> List[types.FunctionType]:
                 continue
             seen.add(id(fn))
             found.append(fn)
-            following += _reached(fn)
+            following += [f for f in _reached(fn, classes) if id(f) not in seen]
         frontier = following
     return found
 
 
+def _methods(cls: type, classes: Dict[int, List[types.FunctionType]]) -> List[types.FunctionType]:
+    """The functions of ``cls`` and its bases (methods, static and class methods, property getters), listed
+    once per walk in ``classes``."""
+    if id(cls) not in classes:
+        classes[id(cls)] = [f for klass in cls.__mro__ for f in map(_function, vars(klass).values())
+                            if f is not None]
+    return classes[id(cls)]
+
+
 def _function(value) -> Optional[types.FunctionType]:
+    if value is None or (type(value) is types.FunctionType and "__func__" not in value.__dict__
+                         and "fget" not in value.__dict__):
+        return value  # the common cases, without the two getattr below (it runs ~20k times a walk)
     value = getattr(value, "__func__", value)  # staticmethod, classmethod
     value = getattr(value, "fget", value)  # property
     return value if isinstance(value, types.FunctionType) else None
 
 
-def _reached(fn: types.FunctionType) -> List[types.FunctionType]:
+def _reached(fn: types.FunctionType, classes: Dict[int, List[types.FunctionType]]) -> List[types.FunctionType]:
     names, out = _names(fn.__code__), []
     for name in names:
         value = fn.__globals__.get(name)
         if isinstance(value, types.ModuleType):
             # the module's own namespace, not getattr: a lazily loading module (lazy_loader, a module
             # __getattr__) would import an optional dependency the model never calls, and fail the export
-            out += [_function(vars(value).get(n)) for n in names if n != name]
+            namespace = vars(value)
+            out += [f for f in (_function(namespace.get(n)) for n in names if n != name) if f is not None]
         elif isinstance(value, type):
-            out += [_function(v) for klass in value.__mro__ for v in vars(klass).values()]
+            out += _methods(value, classes)
         else:
-            out.append(_function(value))
-    return [f for f in out if f is not None]
+            value = _function(value)
+            if value is not None:
+                out.append(value)
+    return out
 
 
-def _names(code: types.CodeType) -> Set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
+def _names(code: types.CodeType) -> FrozenSet[str]:
+    """The global and attribute names ``code`` and its nested code objects load (memoised per code object)."""
+    entry = _MEMO.entry(code)
+    if entry[2] is None:
+        names = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                names |= _names(const)
+        entry[2] = frozenset(names)
+    return entry[2]
 
 
 def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
     """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
     from .lengths import len_of, max_of, min_of
     stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of, NAMES["min"]: min_of}
-    cache: Dict[types.CodeType, types.CodeType] = {}
     undo = []
+    _MEMO.follow_names()
     for fn in fns:
-        code = _rewritten(fn.__code__, cache)
+        code = _rewritten(fn.__code__)
         if code is fn.__code__:
             continue
         added = [n for n in stand_ins if n not in fn.__globals__]
