@@ -55,6 +55,20 @@ def test_a_range_is_proven_only_when_its_steps_are_numbers_at_every_size(shape_e
     assert proven_steps(args(s), env) == steps
 
 
+def test_a_size_that_may_be_zero_is_still_a_positive_step(shape_env):
+    """torch.export gives a declared dim the range [0, oo] (measured on EnCodec's length): at 0 ``range(0, 0, 0)``
+    raises in the model's own Python, so the stride is positive wherever the model runs."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+    from torch._dynamo.source import ConstantSource
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges
+    env, _ = shape_env
+    s = env.create_symbol(1200, ConstantSource("length"), dynamic_dim=DimDynamic.DYNAMIC)
+    env.var_to_range[s] = ValueRanges(0, int_oo)
+    assert proven_steps([ZERO, s, s], env) == [0]
+    assert proven_steps([ZERO, s, s - 1], env) is None  # s - 1 may be negative
+
+
 def test_chunks_of_a_dynamic_length_are_refused_with_what_would_cut_them():
     """With a segment set the loop is real chunking (``range(0, length, 16)``): not a scan, and the reason says
     how to cut fixed-size chunks over a dynamic length."""

@@ -86,10 +86,12 @@ def _expr(value) -> sympy.Expr:
 def _hint(value, shape_env) -> Optional[int]:
     if not isinstance(value, torch.SymInt):
         return int(value)
-    try:
-        hint = shape_env.size_hint(value.node.expr)
-    except Exception:  # an unbacked size has no example value
-        return None
+    hint = getattr(value.node, "hint", None)  # the example's value; an unbacked size has none
+    if hint is None and hasattr(shape_env, "guarding_hint_or_throw"):
+        try:
+            hint = shape_env.guarding_hint_or_throw(value.node.expr)
+        except Exception:  # no example value: not handed to range()
+            return None
     return None if hint is None else int(hint)
 
 
@@ -111,12 +113,16 @@ def proven_steps(exprs: List[sympy.Expr], shape_env) -> Optional[List[int]]:
 
 
 def _sign(expr: sympy.Expr, shape_env) -> Optional[int]:
-    """+1 or -1 when the step's sign is the same over the symbols' ranges (0 is a ValueError in range())."""
+    """+1 or -1 when the step's sign is the same over the symbols' ranges. A step of 0 is left out: there
+    ``range()`` raises in the model's own Python, so no graph is wrong at that size (a dim's range often
+    starts at 0: the size ``s`` as a step is positive wherever the model runs)."""
     bounds = _bounds(expr, shape_env)
     if bounds is None:
         return None
     lower, upper = bounds
-    return 1 if lower >= 1 else -1 if upper <= -1 else None
+    if lower == upper == 0:
+        return None
+    return 1 if lower >= 0 else -1 if upper <= 0 else None
 
 
 def _constant(expr: sympy.Expr, shape_env) -> Optional[int]:
