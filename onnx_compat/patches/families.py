@@ -22,6 +22,7 @@ from onnx_compat.patches import shape_ops  # noqa: F401
 from onnx_compat.patches import scripted  # noqa: F401
 from onnx_compat.patches import compiled  # noqa: F401
 from onnx_compat.patches import size_math  # noqa: F401
+from onnx_compat.patches import slice_from_end  # noqa: F401
 from onnx_compat.patches import loops  # noqa: F401
 from onnx_compat.patches import constants  # noqa: F401
 from onnx_compat.patches import shape_libraries  # noqa: F401

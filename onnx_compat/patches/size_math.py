@@ -16,11 +16,13 @@ int): those forms stay baked; see docs/patterns.md.
 """
 from __future__ import annotations
 
+from typing import Dict, Optional
+
 import torch
 
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
-from onnx_compat.patches.when import torchscript_exporting
+from onnx_compat.patches.when import any_exporting, torchscript_exporting
 
 
 def _rounding(wrapped, instance, args, kwargs):
@@ -57,14 +59,18 @@ _SIZE_ARITHMETIC = {"aten::add", "aten::sub", "aten::mul", "aten::floor_divide",
                     "aten::rsub", "aten::mul_", "aten::add_", "aten::sub_"}
 
 
-def _from_sizes(value, depth: int = 0) -> bool:
-    kind = value.node().kind()
-    if kind == "prim::NumToTensor":
-        return True
-    if depth > 8 or kind not in _SIZE_ARITHMETIC:
-        return False
-    inputs = [v for v in value.node().inputs() if v.node().kind() != "prim::Constant"]
-    return bool(inputs) and all(_from_sizes(v, depth + 1) for v in inputs)
+def _from_sizes(value, seen: Optional[Dict[int, bool]] = None) -> bool:
+    """Computed from ``prim::NumToTensor`` (a traced size) by integer arithmetic alone. No depth limit: demucs'
+    ``valid_length`` takes a size through ~20 steps of ceil/max/multiply per layer; each value is looked at once."""
+    seen = {} if seen is None else seen
+    key = value.unique()
+    if key not in seen:
+        kind = value.node().kind()
+        seen[key] = False  # a cycle cannot happen in a trace; this only stops a second look
+        inputs = [v for v in value.node().inputs() if v.node().kind() != "prim::Constant"]
+        seen[key] = kind == "prim::NumToTensor" or (
+            kind in _SIZE_ARITHMETIC and bool(inputs) and all(_from_sizes(v, seen) for v in inputs))
+    return seen[key]
 
 
 _SymInt = getattr(torch, "SymInt", None)
@@ -130,3 +136,46 @@ register(Patch(
     when="export",  # is_tensor: only a TorchScript trace has traced sizes; divmod: both exporters' sizes
     aliases=False,
 ))
+
+
+# --- int() and isinstance() of a size, for the model-code stand-ins of int_calls.py (issue #47, 9) ---------------
+# demucs v2's ``valid_length`` ends in ``return int(length)`` (demucs/demucs.py:397) and torchaudio's HDemucs takes
+# ``le = int(math.ceil(x.shape[-1] / hl))`` (_hdemucs.py:479), ``int(x.shape[-1])`` (:923, :943): Python's
+# ``int()`` must return an int, so the TorchScript exporter bakes the example's size and the dynamo exporter
+# specialises the dim (``Eq(16*Max(1, ...) + 20, 4100) [guard added] (demucs/demucs.py:397)``, measured on torch
+# 2.13). ``int()`` of a size is already that size: while either exporter traces, the model's called ``int`` gives
+# a traced size (a 0-d tensor computed from ``x.shape``) or a symbolic size back unchanged. demucs' ``center_trim``
+# takes its reference as a tensor or a length (``if isinstance(reference, torch.Tensor): reference.size(-1)``,
+# demucs/utils.py:46): under TorchScript a traced length is a 0-d tensor, so it took the tensor branch ("Dimension
+# specified as -1 but tensor has no dimensions"); ``isinstance`` of a traced size and ``torch.Tensor`` answers
+# False, as ``torch.is_tensor`` does above.
+
+
+def int_of_size(value):
+    """``int(value)`` for the model's code while an export traces: a traced or symbolic size itself, else None
+    (then Python's ``int`` answers)."""
+    if torchscript_exporting() and traced_size(value):
+        return value
+    if _SymInt is not None and isinstance(value, _SymInt) and any_exporting():
+        return value
+    return None
+
+
+def _names_tensor(classinfo) -> bool:
+    if isinstance(classinfo, tuple):
+        return any(_names_tensor(c) for c in classinfo)
+    return isinstance(classinfo, type) and issubclass(torch.Tensor, classinfo) and classinfo is not object
+
+
+def _names_int(classinfo) -> bool:
+    if isinstance(classinfo, tuple):
+        return any(_names_int(c) for c in classinfo)
+    return isinstance(classinfo, type) and issubclass(int, classinfo)
+
+
+def isinstance_of(value, classinfo) -> bool:
+    """``isinstance`` for the model's code: a size the TorchScript exporter traced as a 0-d tensor is an int, as
+    in eager (not a ``torch.Tensor``); ``isinstance`` otherwise."""
+    if torchscript_exporting() and (_names_tensor(classinfo) or _names_int(classinfo)) and traced_size(value):
+        return _names_int(classinfo)  # what eager's int answers
+    return isinstance(value, classinfo)

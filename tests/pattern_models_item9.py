@@ -1,0 +1,47 @@
+"""Small models of issue #47 item 9's second half (the Demucs family, DeepFilterNet3), each with the code form
+of the library line it stands for. Used by test_item9_spectral.py.
+
+Kept out of the test modules, as pattern_models.py is: pytest rewrites the ``assert`` statements of test
+modules, and model code must reach the exporters as a library has it.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def center_trim(tensor, reference):
+    """demucs/utils.py:39's form: trim the last dim to ``reference`` (a tensor's last dim, or a length),
+    ``delta`` samples cut as ``[..., delta // 2:-(delta - delta // 2)]`` behind ``if delta:``."""
+    if isinstance(reference, torch.Tensor):
+        ref_size = reference.size(-1)
+    else:
+        ref_size = reference
+    delta = tensor.size(-1) - ref_size
+    if delta < 0:
+        raise ValueError(f"tensor must be larger than reference. Delta is {delta}.")
+    if delta:
+        tensor = tensor[..., delta // 2:-(delta - delta // 2)]
+    return tensor
+
+
+class CenterTrimmed(nn.Module):
+    """A strided conv U-net step in demucs v2's form: padded (branch-free) to a length the convs take whole,
+    encoded and decoded, then centre-trimmed back to the input's length by a tensor reference
+    (``center_trim(x, mix)``). At lengths the convs take whole the trim is 0 samples (T = 16 k + 4 here), where
+    ``x[..., 0:-0]`` would be empty."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv1d(1, 4, 8, stride=4)
+        self.mid = nn.Conv1d(4, 4, 3, padding=1)
+        self.up = nn.ConvTranspose1d(4, 2, 8, stride=4)
+
+    def forward(self, mix):  # [B, 1, T] -> [B, 2, T]
+        length = mix.shape[-1]
+        pad = (math.ceil((length - 8) / 4) * 4 + 8) - length  # to (n - 1) * 4 + 8 samples, demucs' valid_length
+        x = F.pad(mix, (pad // 2, pad - pad // 2))
+        skip = torch.tanh(self.down(x))
+        x = self.up(F.gelu(self.mid(skip)) + skip)
+        return center_trim(x, mix)
