@@ -44,7 +44,8 @@ def example_index(frame, size) -> Optional[int]:
     shape_env = next(v.node.shape_env for v in values if isinstance(v, torch.SymInt))
     steps = proven_steps([_expr(v) for v in values], shape_env)
     hints = [_hint(v, shape_env) for v in values]
-    if steps is None or None in hints or list(range(*hints)) != steps:
+    if steps is None or None in hints or 0 in hints[2:] or len(range(*hints)) != len(steps) \
+            or list(range(*hints)) != steps:  # the example's range is the proven one (a step of 0: the model raises)
         return None
     return _hint(size, shape_env)
 
