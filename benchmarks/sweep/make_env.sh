@@ -24,6 +24,8 @@ V="$VENV/bin"
 "$V/pip" install -q -c <(echo torch==2.13.0) soundfile flatten-dict pyyaml librosa loguru tqdm beartype \
     frozendict matplotlib hyperpyyaml sentencepiece huggingface_hub scipy joblib resampy ffmpy \
     tiktoken rich absl-py markdown grpcio
+# DeepFilterNet3 (#47, 9): its model code and libdf (ERB widths), pinned; loguru is above
+"$V/pip" install -q --no-deps deepfilternet==0.5.6 deepfilterlib==0.5.6
 # round two (#39, sweep_models2.py): the libraries pinned to the versions measured, --no-deps beside the pinned torch
 # (torchcodec only so coqui-tts imports: its audio I/O is never called)
 "$V/pip" install -q --no-deps espnet==202511 coqui-tts==0.28.0 coqui-tts-trainer==0.4.0 funasr==1.4.16 \

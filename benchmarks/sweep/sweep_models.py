@@ -766,6 +766,40 @@ def pytorch_tcn():
     return _job(model, feats(20, channels_first=True), out(16, "time"))
 
 
+
+# ---------------------------------------------------------------- DeepFilterNet3: speech enhancement (issue #47, 9)
+
+def _df_package():
+    """``df``'s modules without its ``__init__``: that imports ``df.enhance`` -> ``df.io``, which needs
+    ``torchaudio.backend`` (gone from torchaudio 2.x); the model's own modules do not."""
+    import importlib.util
+    import sys
+    import types
+    if "df" not in sys.modules:
+        pkg = types.ModuleType("df")
+        pkg.__path__ = list(importlib.util.find_spec("df").submodule_search_locations)
+        sys.modules["df"] = pkg
+
+
+@entry("deepfilternet", "enhancement")
+def deepfilternet3():
+    """DfNet of DeepFilterNet3 at its default config (48 kHz, 960-point FFT, 32 ERB bands, 96 deep-filter bins,
+    order 5), random init; its inputs are the spectrum and features libdf computes: ``[B, 1, T, F, 2]`` real
+    views of complex spectra."""
+    _df_package()
+    from df.config import config
+    import df.deepfilternet3 as dfn3
+    if config.parser is None:
+        config.use_defaults()
+    _manual()
+    model = dfn3.init_model()
+    time = Dim("time", min=8, example=37)
+    inputs = [TensorSpec("spec", [B, 1, time, 481, 2]), TensorSpec("feat_erb", [B, 1, time, 32]),
+              TensorSpec("feat_spec", [B, 1, time, 96, 2])]
+    outputs = [TensorSpec("spec_e", [B, 1, time, 481, 2]), TensorSpec("erb_mask", [B, 1, time, 32]),
+               TensorSpec("lsnr", [B, time, 1]), TensorSpec("df_coefs", [B, 5, time, 96, 2])]
+    return _job(model, inputs, outputs)
+
 # the second round's models register themselves into ENTRIES (round=2)
 import sweep_models2  # noqa: E402,F401
 # the third round's models (round=3): OCR, time series and NLP; then speech, music and state-space models
