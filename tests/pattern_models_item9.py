@@ -45,3 +45,23 @@ class CenterTrimmed(nn.Module):
         skip = torch.tanh(self.down(x))
         x = self.up(F.gelu(self.mid(skip)) + skip)
         return center_trim(x, mix)
+
+
+class DeepFilter(nn.Module):
+    """DeepFilterNet's deep filter (df/multiframe.py:136): complex coefficients over the current and ``order - 1``
+    past frames of a complex spectrum, applied with ``torch.einsum("...tfn,...ntf->...tf", spec, coefs)`` on two
+    complex tensors; the spectrum comes and goes as a ``[B, T, F, 2]`` real view."""
+
+    def __init__(self, freqs: int = 12, order: int = 3):
+        super().__init__()
+        self.order = order
+        self.coefs = nn.Linear(2 * freqs, 2 * freqs * order)
+
+    def forward(self, spec):  # [B, T, F, 2] -> [B, T, F, 2]
+        B, T, Fq, _ = spec.shape
+        coefs = self.coefs(spec.flatten(2)).view(B, T, self.order, Fq, 2).permute(0, 2, 1, 3, 4)
+        coefs = torch.view_as_complex(coefs.contiguous())  # [B, N, T, F]
+        z = torch.view_as_complex(spec.contiguous())
+        frames = F.pad(z.permute(0, 2, 1), (self.order - 1, 0)).unfold(-1, self.order, 1)  # [B, F, T, N]
+        out = torch.einsum("...ftn,...ntf->...tf", frames, coefs)
+        return torch.view_as_real(out)

@@ -13,6 +13,7 @@ tracing something wrong. The pair never exists outside an export.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 from typing import Callable, Dict, Optional, Tuple
@@ -270,6 +271,28 @@ def _matmul(a, b):
 @op("__rmatmul__")
 def _rmatmul(a, b):
     return _matmul(b, a)
+
+
+@op("einsum")
+def _einsum(equation, *operands):
+    """``torch.einsum`` is linear in each operand: the product of ``n`` complex operands expands into the
+    ``2**n`` einsums of their parts, each imaginary part a factor ``i`` (DeepFilterNet's deep filter,
+    df/multiframe.py:136: ``einsum("...tfn,...ntf->...tf", spec, coefs)``, both complex). Up to 4 operands."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str) or not 1 <= len(operands) <= 4:
+        raise unsupported("torch einsum", "only an equation string and 1 to 4 operands")
+    parts = [_parts(x) for x in operands]
+    re = im = None
+    for choice in itertools.product((0, 1), repeat=len(parts)):
+        factors = [p[c] for p, c in zip(parts, choice)]
+        if any(f is None for f in factors):
+            continue  # the imaginary part of a real operand
+        term = torch.einsum(equation, *factors)
+        k = sum(choice)  # i ** k: real when k is even, imaginary when odd; negative when k % 4 is 2 or 3
+        term = -term if k % 4 >= 2 else term
+        re, im = (_add(re, term), im) if k % 2 == 0 else (re, _add(im, term))
+    return _pair(re, im)
 
 
 def _both(name: str):
