@@ -11,9 +11,10 @@ dynamo exporter keeps it symbolic by itself).
 
 So before the TorchScript exporter traces, the model's own code (the methods
 of its modules' classes, the functions they call by global name, and the
-lambdas and comprehensions inside them) has each call of the builtin ``int``
-pointed at ``int_of`` instead, by swapping one name in a copy of the
-function's code object. ``int_of`` returns the traced size for a maximum that
+lambdas and comprehensions inside them: ``reached_functions.py``, whose walk
+is kept between exports while nothing it read changed) has each call of the
+builtin ``int`` pointed at ``int_of`` instead, by swapping one name in a copy
+of the function's code object (the copy kept per code object). ``int_of`` returns the traced size for a maximum that
 ``padded_lengths`` read as the padded dim and is ``int()`` for everything
 else, so no other call changes. The original code objects are back when the
 trace ends. Torch's, numpy's and onnx_compat's own code is never touched, nor
@@ -34,8 +35,7 @@ from __future__ import annotations
 import dis
 import sys
 import types
-import weakref
-from typing import Dict, FrozenSet, List, Optional, Set
+from typing import List
 
 import torch
 
@@ -43,6 +43,7 @@ from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from .length_caches import emptied
 from .padding_mask import branch_free
+from .reached_functions import CodeMemo, functions_of
 
 NAME = "__onnx_compat_int__"
 # the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
@@ -51,8 +52,6 @@ _kept = 0  # int(), len(), max(), min() calls that returned a traced size or a r
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _CALLED_LOAD = sys.version_info >= (3, 11)  # LOAD_GLOBAL's low bit says the name is loaded to be called
-_LIBRARIES = {"torch", "onnx_compat", "numpy", "builtins", "functools", "typing", "collections", "contextlib",
-              "warnings", "math", "abc", "enum", "dataclasses", "inspect", "copy", "wrapt", "onnx", "onnxruntime"}
 
 
 def int_of(value, *args, **kwargs):
@@ -74,49 +73,28 @@ def int_of(value, *args, **kwargs):
     return int(value, *args, **kwargs)
 
 
-class _CodeMemo:
-    """Per code object, what ``_rewritten`` and ``_names`` make of it, kept across exports (issue #50: the
-    disassembly of every function the model reaches was a fifth of a tiny model's export, anew each time).
-
-    Keyed by the code object's identity, held weakly: a code object never changes, so its rewrite cannot go
-    stale, and a function redefined or given a new ``__code__`` has a new code object, which misses. An entry
-    goes when its code object goes. The rewrite also depends on ``NAMES``: a different ``NAMES`` empties it."""
-
-    def __init__(self):
-        self._entries: Dict[int, list] = {}  # id(code) -> [weak ref to code, rewritten or None, names or None]
-        self._names_key = None
-
-    def follow_names(self) -> None:
-        """Empties the memo when ``NAMES`` is not what its rewrites were made with (called once per redirect)."""
-        names_key = tuple(sorted(NAMES.items()))
-        if names_key != self._names_key:
-            self._entries.clear()
-            self._names_key = names_key
-
-    def entry(self, code: types.CodeType) -> list:
-        key = id(code)
-        found = self._entries.get(key)
-        if found is not None and found[0]() is code:
-            return found
-        found = [weakref.ref(code, lambda _ref, key=key: self._forget(key, _ref)), None, None]
-        self._entries[key] = found
-        return found
-
-    def _forget(self, key: int, ref) -> None:
-        if self._entries.get(key, (None,))[0] is ref:
-            del self._entries[key]
-
-
-_MEMO = _CodeMemo()
+_REWRITES = CodeMemo()  # code object -> its rewrite, or _UNCHANGED (kept across exports: issue #50)
+_REWRITES_NAMES = [None]  # the NAMES the kept rewrites were made with
 _UNCHANGED = "unchanged"  # the memo's mark for a code object the rewrite leaves as it is (not a strong ref)
+
+
+def _follow_names() -> None:
+    """Empties the kept rewrites when ``NAMES`` is not what they were made with (once per redirect)."""
+    key = tuple(sorted(NAMES.items()))
+    if key != _REWRITES_NAMES[0]:
+        _REWRITES.clear()
+        _REWRITES_NAMES[0] = key
 
 
 def _rewritten(code: types.CodeType) -> types.CodeType:
     """``code`` with every called ``int``/``len``/``max`` loaded as its stand-in's name (``NAMES``; nested code
-    objects too); ``code`` itself when it has none. Memoised per code object (``_CodeMemo``)."""
-    entry = _MEMO.entry(code)
-    if entry[1] is not None:
-        return code if entry[1] is _UNCHANGED else entry[1]
+    objects too); ``code`` itself when it has none. Kept per code object (``reached_functions.CodeMemo``: a
+    disassembly of every function reached was a fifth of a tiny model's export, anew each time)."""
+    out = _REWRITES.get(code, _rewrite)
+    return code if out is _UNCHANGED else out
+
+
+def _rewrite(code: types.CodeType):
     consts = tuple(_rewritten(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
     out = code if consts == code.co_consts else code.replace(co_consts=consts)
     sites = [i for i in dis.get_instructions(code) if i.opcode == _LOAD_GLOBAL and i.argval in NAMES
@@ -128,8 +106,7 @@ def _rewritten(code: types.CodeType) -> types.CodeType:
         changed = [_point_at(raw, site, names.index(NAMES[site.argval])) for site in sites]
         if any(changed):
             out = out.replace(co_code=bytes(raw), co_names=names)
-    entry[1] = _UNCHANGED if out is code else out
-    return out
+    return _UNCHANGED if out is code else out
 
 
 def _point_at(raw: bytearray, site, index: int) -> bool:
@@ -146,90 +123,12 @@ def _point_at(raw: bytearray, site, index: int) -> bool:
     return True
 
 
-def _is_library(fn) -> bool:
-    return getattr(fn, "__globals__", {}).get("__name__", "").split(".")[0] in _LIBRARIES
-
-
-def _functions_of(root) -> List[types.FunctionType]:
-    """The Python functions the model's forward may run: its modules' classes' methods and, three calls deep,
-    the functions and classes they reach by global name (``helper(...)``, ``utils.helper(...)``). Walked anew
-    at every export (a class's methods and a module's globals may have changed since), each class's methods
-    listed once per walk."""
-    classes: Dict[int, List[types.FunctionType]] = {}
-    start = []
-    modules = root.modules() if isinstance(root, torch.nn.Module) else ()
-    for cls in {type(m) for m in modules} | ({type(root)} if not isinstance(root, torch.nn.Module) else set()):
-        start += _methods(cls, classes)
-    if isinstance(root, types.FunctionType):
-        start.append(root)
-    seen: Set[int] = set()
-    found, frontier = [], start
-    for _ in range(4):
-        following = []
-        for fn in frontier:
-            if id(fn) in seen or _is_library(fn):
-                continue
-            seen.add(id(fn))
-            found.append(fn)
-            following += [f for f in _reached(fn, classes) if id(f) not in seen]
-        frontier = following
-    return found
-
-
-def _methods(cls: type, classes: Dict[int, List[types.FunctionType]]) -> List[types.FunctionType]:
-    """The functions of ``cls`` and its bases (methods, static and class methods, property getters), listed
-    once per walk in ``classes``."""
-    if id(cls) not in classes:
-        classes[id(cls)] = [f for klass in cls.__mro__ for f in map(_function, vars(klass).values())
-                            if f is not None]
-    return classes[id(cls)]
-
-
-def _function(value) -> Optional[types.FunctionType]:
-    if value is None or (type(value) is types.FunctionType and "__func__" not in value.__dict__
-                         and "fget" not in value.__dict__):
-        return value  # the common cases, without the two getattr below (it runs ~20k times a walk)
-    value = getattr(value, "__func__", value)  # staticmethod, classmethod
-    value = getattr(value, "fget", value)  # property
-    return value if isinstance(value, types.FunctionType) else None
-
-
-def _reached(fn: types.FunctionType, classes: Dict[int, List[types.FunctionType]]) -> List[types.FunctionType]:
-    names, out = _names(fn.__code__), []
-    for name in names:
-        value = fn.__globals__.get(name)
-        if isinstance(value, types.ModuleType):
-            # the module's own namespace, not getattr: a lazily loading module (lazy_loader, a module
-            # __getattr__) would import an optional dependency the model never calls, and fail the export
-            namespace = vars(value)
-            out += [f for f in (_function(namespace.get(n)) for n in names if n != name) if f is not None]
-        elif isinstance(value, type):
-            out += _methods(value, classes)
-        else:
-            value = _function(value)
-            if value is not None:
-                out.append(value)
-    return out
-
-
-def _names(code: types.CodeType) -> FrozenSet[str]:
-    """The global and attribute names ``code`` and its nested code objects load (memoised per code object)."""
-    entry = _MEMO.entry(code)
-    if entry[2] is None:
-        names = set(code.co_names)
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                names |= _names(const)
-        entry[2] = frozenset(names)
-    return entry[2]
-
-
 def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
     """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
     from .lengths import len_of, max_of, min_of
     stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of, NAMES["min"]: min_of}
     undo = []
-    _MEMO.follow_names()
+    _follow_names()
     for fn in fns:
         code = _rewritten(fn.__code__)
         if code is fn.__code__:
@@ -256,7 +155,7 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
         idle("padded_lengths_int")
         return wrapped(*args, **kwargs)
     from .lengths import forget_batch, substitutions, weights_of  # len_of/max_of/min_of count their own calls
-    undo, before = _redirect(_functions_of(root)), _kept + substitutions()
+    undo, before = _redirect(functions_of(root)), _kept + substitutions()
     weights_of(root)
     try:
         # the length_caches patch: caches grown before the export are grown in the trace; padding_mask_frames:
