@@ -357,7 +357,8 @@ def _with_cause(exc: StreamMismatch, exporter: str, report: Report, reads) -> St
     cause = "; ".join(r.text() for r in reads) or baked[0]
     return StreamMismatch(f"{exc} [the {exporter} trace froze a value the step computed in Python ({cause}): a cache "
                           "sliced by a length read with .item()/int() runs right only at the chunk it was traced at; "
-                          "compute it with tensor ops]", state=exc.state or (reads[0].state if reads else None),
+                          "compute it with tensor ops (keep the cache at full size and mask the slots not filled yet by the "
+                          "counter as a tensor), or export with exporter='dynamo', which keeps the number symbolic]", state=exc.state or (reads[0].state if reads else None),
                           output=exc.output, chunk=exc.chunk, batch=exc.batch, exporter=exporter)
 
 
