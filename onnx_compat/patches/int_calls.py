@@ -28,7 +28,9 @@ that ``int_of`` keeps, or the batch's symbol) and ``int(max(lengths))`` the
 padded dim. Over any tensor (issue #47, 4) ``len(x)`` is the traced size of its first dim (Python's ``len()``
 must return an int: TorchScript froze the batch, dynamo specialised it), and builtin ``max``/``min`` over an
 integer tensor of one dim its ``max()``/``min()`` (Python's iterate it: the batch unrolled or specialised).
-They are ``len``, ``max`` and ``min`` for anything else.
+They are ``len``, ``max`` and ``min`` for anything else. The called ``float`` is pointed at ``float_of``
+(``size_floats.py``, issue #47 round three: kraken's ``float(initial_len) / o.shape[3]``): a traced or symbolic
+size becomes a 0-d float tensor in the graph instead of the example's number; anything else is ``float()``.
 """
 from __future__ import annotations
 
@@ -44,10 +46,13 @@ from onnx_compat.patches.registry import Patch, register
 from .length_caches import emptied
 from .padding_mask import branch_free
 from .reached_functions import CodeMemo, functions_of
+from . import size_floats
+from .size_floats import float_of
 
 NAME = "__onnx_compat_int__"
 # the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
-NAMES = {"int": NAME, "len": "__onnx_compat_len__", "max": "__onnx_compat_max__", "min": "__onnx_compat_min__"}
+NAMES = {"int": NAME, "len": "__onnx_compat_len__", "max": "__onnx_compat_max__", "min": "__onnx_compat_min__",
+         "float": "__onnx_compat_float__"}
 _kept = 0  # int(), len(), max(), min() calls that returned a traced size or a reduction (for ``patch.idle``)
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
@@ -126,7 +131,8 @@ def _point_at(raw: bytearray, site, index: int) -> bool:
 def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
     """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
     from .lengths import len_of, max_of, min_of
-    stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of, NAMES["min"]: min_of}
+    stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of, NAMES["min"]: min_of,
+                 NAMES["float"]: float_of}
     undo = []
     _follow_names()
     for fn in fns:
@@ -155,7 +161,7 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
         idle("padded_lengths_int")
         return wrapped(*args, **kwargs)
     from .lengths import forget_batch, substitutions, weights_of  # len_of/max_of/min_of count their own calls
-    undo, before = _redirect(functions_of(root)), _kept + substitutions()
+    undo, before = _redirect(functions_of(root)), _kept + substitutions() + size_floats.kept()
     weights_of(root)
     try:
         # the length_caches patch: caches grown before the export are grown in the trace; padding_mask_frames:
@@ -165,14 +171,15 @@ def _traced_with_int_calls(wrapped, instance, args, kwargs):
     finally:
         _restore(undo)
         forget_batch()
-        if _kept + substitutions() == before:
+        if _kept + substitutions() + size_floats.kept() == before:
             idle("padded_lengths_int")
 
 
 register(Patch(
     name="padded_lengths_int",
     description="int(lengths.max()) of a declared lengths input stays the traced padded dim under TorchScript "
-                "(the model's int() calls go through one that knows the padded maximum while it traces)",
+                "(the model's int() calls go through one that knows the padded maximum while it traces); the "
+                "model's len(), builtin max()/min() and float() of a traced size stay in the graph",
     # torch.export.export: the dynamo exporter's non-strict trace runs the model's Python, where len() of the
     # lengths' tolist() must give the batch's symbol and int() of it keep it
     targets=("torch.jit:_get_trace_graph", "torch.export:export"),

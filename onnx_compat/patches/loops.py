@@ -188,7 +188,8 @@ def _listed(code):
 
 def _index(wrapped, instance, args, kwargs):
     """``range(size)`` is run as a scan or refused, and a ``math`` function of a size (``math.log2(T)``,
-    whose value torch would freeze without a word) is refused: ``len(tensor)`` and other int uses are left
+    whose value torch would freeze without a word) or ``float()`` of one that ``int_calls`` did not redirect
+    (its guard specialises the dim, naming no line) is refused: ``len(tensor)`` and other int uses are left
     to torch, whose strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
     frame = _model_frame()
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
@@ -205,6 +206,12 @@ def _index(wrapped, instance, args, kwargs):
                 f"trip count or a pad width computed from it (a scan over log2(T) levels, padding to a power "
                 f"of two) holds only at the example's length. Compute it with tensor ops, pad to a static "
                 f"maximum length, or make the dim static")
+    if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "float":
+        _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: float() of the dynamic size {instance.node.expr} "
+                f"goes through SymInt.__index__, which specialises the dim to the example's value (a size ratio "
+                f"as a Python float). The model's own float() calls keep a size in the graph while onnx_compat "
+                f"exports (size_floats.py), but this one was not reached from the model's classes: compute it as "
+                f"a tensor (torch.full((), size, dtype=torch.float32)), or make the dim static")
     return wrapped(*args, **kwargs)
 
 
