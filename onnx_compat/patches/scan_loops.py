@@ -118,8 +118,23 @@ def _plan(tree, loop: ast.For, local: Dict[str, object]) -> _Plan:
         if not isinstance(local[name], torch.Tensor):
             raise NotLiftable(f"it carries '{name}', which is a {type(local[name]).__name__} before the loop, "
                               f"not a tensor")
+    _check_in_place(loop, plan, local)
     _check_after(tree, loop, plan, stored - set(plan.carries))
     return plan
+
+
+def _check_in_place(loop: ast.For, plan: _Plan, local: Dict[str, object]) -> None:
+    """``h += e`` on a carried name updates the state in place: run as ``h = h + e`` in the step, which is the
+    same only if nothing else sees that tensor (another name bound to it, a parameter, a view of another)."""
+    augmented = {n.target.id for stmt in loop.body for n in ast.walk(stmt)
+                 if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)} & set(plan.carries)
+    for name in sorted(augmented):
+        value = local[name]
+        shared = [other for other, v in local.items() if other != name and v is value]
+        if shared or isinstance(value, torch.nn.Parameter) or value._is_view():
+            seen = f"'{shared[0]}' is the same tensor" if shared else "it is a parameter or a view of another"
+            raise NotLiftable(f"it updates '{name}' in place ({name} op= ...) and {seen}, which would see each "
+                              f"step's update")
 
 
 def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
@@ -139,27 +154,75 @@ def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
 
 
 class _TakeStep(ast.NodeTransformer):
-    """``x[:, t]`` with ``t`` the step's index (a 0-d tensor in a scan): ``index_select`` on that dim, which
-    traces as a gather; a subscript by a tensor would read ``t`` as a Python number."""
+    """``x[:, t]``, ``x[t - 1]``, ``x[t, rows, cols]`` with ``t`` the step's index (a 0-d tensor in a scan):
+    ``index_select`` of dim ``k`` at ``t`` (a gather), then the subscript's other parts on what is left. Torch
+    selects an int index before any advanced index, so that is exactly ``x[..., t, ...]`` whenever the parts
+    before ``t`` each take one dim (slices, int constants). A subscript by a tensor would read ``t`` as a Python
+    number."""
 
     def __init__(self, index: str):
         self.index = index
 
     def visit_Subscript(self, node):
         self.generic_visit(node)
-        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        at = [k for k, p in enumerate(parts) if isinstance(p, ast.Name) and p.id == self.index]
-        full = all(isinstance(p, ast.Slice) and p.lower is p.upper is p.step is None
-                   for k, p in enumerate(parts) if k not in at)
-        if not isinstance(node.ctx, ast.Load) or len(at) != 1 or not full:
+        if not isinstance(node.ctx, ast.Load):
             return node
-        call = ast.Call(ast.Name("__oc_take", ast.Load()), [node.value, ast.Constant(at[0]),
-                                                             ast.Name(self.index, ast.Load())], [])
+        parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+        at = next((k for k, p in enumerate(parts) if _step_offset(p, self.index) is not None), None)
+        if at is None or not all(isinstance(p, ast.Slice) or isinstance(p, ast.Constant) and type(p.value) is int
+                                 for p in parts[:at]):
+            return node
+        offset = _step_offset(parts[at], self.index)
+        call = ast.Call(ast.Name("__oc_take", ast.Load()), [node.value, ast.Constant(at), parts[at],
+                                                             ast.Constant(offset != 0)], [])
+        rest = parts[:at] + parts[at + 1:]
+        if rest:  # the other parts index what the take left: visited again for a second step index
+            rest_slice = ast.Tuple(rest, ast.Load()) if len(rest) > 1 else rest[0]
+            return self.visit_Subscript(ast.copy_location(ast.Subscript(call, rest_slice, ast.Load()), node))
         return ast.copy_location(call, node)
 
 
-def _take(x, dim: int, index):
+def _step_offset(part, index: str) -> Optional[int]:
+    """``t`` -> 0, ``t - 1`` -> -1, ``t + 2`` / ``2 + t`` -> 2: a subscript part that is the step's index
+    shifted by an int constant; None for anything else."""
+    if isinstance(part, ast.Name) and part.id == index:
+        return 0
+    if isinstance(part, ast.BinOp) and isinstance(part.op, (ast.Add, ast.Sub)):
+        left, right = part.left, part.right
+        const = (lambda n: isinstance(n, ast.Constant) and type(n.value) is int)
+        if _step_offset(left, index) is not None and const(right):
+            return _step_offset(left, index) + (right.value if isinstance(part.op, ast.Add) else -right.value)
+        if isinstance(part.op, ast.Add) and const(left) and _step_offset(right, index) is not None:
+            return left.value + _step_offset(right, index)
+    return None
+
+
+def _take(x, dim: int, index, shifted: bool = False):
+    """``x[t]`` along ``dim``; a shifted index (``t - 1``) may be negative, which Python reads from the end
+    (as Python does); the clamp only keeps a dropped step past a range's end (``GatedSteps``) inside the dim."""
+    if shifted:
+        index = torch.where(index < 0, index + x.shape[dim], index).clamp(0, x.shape[dim] - 1)
     return x.index_select(dim, index.reshape(1)).squeeze(dim)
+
+
+class _AugmentedCarry(ast.NodeTransformer):
+    """``h += e`` on a carried name: in eager an in-place update of the state, which a scan step may not make on
+    its carry; ``h = __oc_same(h, h + e)`` is the same value (the result keeps ``h``'s dtype, as in place)."""
+
+    def __init__(self, carries):
+        self.carries = set(carries)
+
+    def visit_AugAssign(self, node):
+        if not (isinstance(node.target, ast.Name) and node.target.id in self.carries):
+            return node
+        name = node.target.id
+        value = ast.BinOp(ast.Name(name, ast.Load()), node.op, node.value)
+        call = ast.Call(ast.Name("__oc_same", ast.Load()), [ast.Name(name, ast.Load()), value], [])
+        return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
+
+
+def _same(before: torch.Tensor, after):
+    return after.to(before.dtype) if isinstance(after, torch.Tensor) else after
 
 
 def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef:
@@ -174,7 +237,7 @@ def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef
         body.append(stmt)
     carries, outs = "".join(c + ", " for c in plan.carries), "".join(
         f"__oc_y_{k}, " for k in range(len(plan.lists)))
-    src = (f"def __oc_make(__oc_take, {''.join(f + ', ' for f in free)}):\n"
+    src = (f"def __oc_make(__oc_take, __oc_same, {''.join(f + ', ' for f in free)}):\n"
            f"    def __oc_step(__oc_carry, __oc_x):\n        {loop.target.id} = __oc_x\n"
            f"        ({carries}) = __oc_carry\n        pass\n        return ({carries}), ({outs})\n"
            f"    return __oc_step\n")
@@ -190,13 +253,13 @@ def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], 
     step names the model's line), in the model's module globals."""
     stored = {n.id for n in _names(loop.body, ast.Store)} | {loop.target.id}
     free = sorted(({n.id for n in _names(loop.body, ast.Load)} & set(local)) - stored)
-    make = _step_source(loop, plan, free)
+    make = _AugmentedCarry(plan.carries).visit(_step_source(loop, plan, free))
     if by_index:
         make = _TakeStep(loop.target.id).visit(make)
     ast.fix_missing_locations(make)
     made: Dict[str, object] = {}
     exec(compile(ast.Module([make], []), frame.f_code.co_filename, "exec"), frame.f_globals, made)
-    return made["__oc_make"](_take, *(local[f] for f in free))
+    return made["__oc_make"](_take, _same, *(local[f] for f in free))
 
 
 def _fresh(values) -> Tuple[torch.Tensor, ...]:
@@ -229,13 +292,20 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
         raise NotLiftable("its body neither carries a tensor nor appends a step's output")
     step = _step_function(loop, plan, frame, local, by_index)
     from torch._higher_order_ops.scan import scan
+    gate = xs if isinstance(xs, GatedSteps) else None
 
     def combine(carry, x_t):
+        if gate is not None:
+            x_t, valid = x_t
         new, outs = step(carry, x_t)
-        return _fresh(new), _fresh(outs)
+        new = _fresh(new)
+        if gate is not None:  # a step past the range's end keeps the state as it was
+            new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
+        return new, _fresh(outs)
 
     try:
-        final, ys = scan(combine, tuple(local[c] for c in plan.carries), xs)
+        final, ys = scan(combine, tuple(local[c] for c in plan.carries),
+                         xs if gate is None else (gate.indices, gate.valid))
     except (UnsupportedPattern, NotLiftable):
         raise
     except Exception as error:  # the body could not be traced as a step: refused, naming why
@@ -244,7 +314,7 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     _write_back(frame, dict(zip(plan.carries, final)))
     site = f"{frame.f_code.co_filename}:{loop.lineno}"
     for name, y in zip(plan.lists, ys):
-        local[name].append(StackedSteps(y, site))
+        local[name].append(StackedSteps(y if gate is None else y[:gate.count], site))
 
 
 _REORDERING = ("reversed", "list", "tuple", "sorted", "enumerate", "zip", "iter", "map", "filter")
@@ -267,16 +337,39 @@ def check_unbound(loop: Optional[ast.For], via_iter: bool) -> None:
 
 
 def scanned_range(loop: Optional[ast.For], size) -> torch.Tensor:
-    """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step)."""
+    """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step);
+    ``range(start, size)`` with a constant start (a forward algorithm's ``range(1, T)``): start..size-1."""
     it = None if loop is None else loop.iter
     if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
-        raise NotLiftable("its iterable is not range(size) of one argument")
+        raise NotLiftable("its iterable is not range(size) or range(start, size) with a constant start")
+    start = it.args[0] if len(it.args) == 2 else None
+    if isinstance(start, ast.Constant) and type(start.value) is int and start.value > 0:
+        return GatedSteps.of_range(start.value, size)
+    if isinstance(start, ast.Constant) and start.value == 0:
+        return torch.arange(size)
     if len(it.args) != 1:  # chunks or a stride: its steps were not proven the same at every size
         raise NotLiftable(f"its iterable {ast.unparse(it)} steps through the dim, and its steps were not proven "
                           f"the same at every size (as range(0, n, n) is: one step); chunks of a fixed size over a "
                           f"dynamic length are cut with tensor ops over the whole dim (pad it to a multiple of the "
                           f"chunk, then x.unfold(dim, chunk, stride) or a reshape to [..., count, chunk])")
     return torch.arange(size)
+
+
+@dataclass
+class GatedSteps:
+    """The steps of ``range(start, size)`` with a constant ``start > 0``: none where ``size <= start`` (at T=1
+    for a forward algorithm's ``range(1, T)``), and ONNX Runtime's ``Scan`` fails on a scan input of length 0
+    ("Invalid dim0_offset of 0. Dimension 0 is 0", measured on ORT 1.32). So the scan runs at least one step:
+    past the range's end that step reads index ``size - 1``, keeps the carried state as it was (``valid``)
+    and its outputs are cut to ``count`` steps."""
+    indices: torch.Tensor
+    valid: torch.Tensor
+    count: object  # an int or a SymInt
+
+    @classmethod
+    def of_range(cls, start: int, size) -> "GatedSteps":
+        steps = torch.arange(start, torch.sym_max(size, start + 1))
+        return cls(steps.clamp(max=size - 1), steps < size, torch.sym_max(size - start, 0))
 
 
 class StackedSteps:

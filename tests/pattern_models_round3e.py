@@ -1,0 +1,57 @@
+"""Small models of round three's structured-prediction and time-series patterns (issue #47 items 2 and 3,
+``test_round3_fixes_b.py``): a linear-chain CRF's forward algorithm stepped by ``range(1, T)`` over a
+time-first layout (pytorch-crf's), its Viterbi backtrace through ``.item()``, marginals taken by
+``torch.autograd.grad`` inside forward (torch-struct's), a chart padded to a power of two through
+``math.log`` of the length, and periods picked from FFT amplitudes through ``.numpy()`` (TimesNet's).
+
+Kept out of the test module, as pattern_models.py is: pytest rewrites the ``assert`` statements of test
+modules, and model code must reach the exporters as a library has it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+def _mask(lengths, steps: int):
+    return torch.arange(steps)[None, :] < lengths[:, None]
+
+
+class ChainCRFLikelihood(nn.Module):
+    """The log-likelihood of tag paths under a linear-chain CRF, written as pytorch-crf writes it: inputs
+    batch-first, transposed to time-first ``[T, B, ...]``, the first step's mask checked by
+    ``if not mask[0].all(): raise``, and two Python loops ``for i in range(1, T)`` carrying a score: the gold
+    path's (``score += ...`` with ``tags[i - 1]``, ``emissions[i, arange(B), tags[i]]``) and the normalizer's
+    (a log-sum-exp step kept where ``mask[i]`` holds, ``torch.where``)."""
+
+    def __init__(self, tags: int = 5):
+        super().__init__()
+        self.start = nn.Parameter(torch.randn(tags))
+        self.end = nn.Parameter(torch.randn(tags))
+        self.transitions = nn.Parameter(torch.randn(tags, tags))
+
+    def forward(self, emissions, lengths, tags):
+        mask = _mask(lengths, emissions.shape[1])
+        emissions, tags, mask = emissions.transpose(0, 1), tags.transpose(0, 1), mask.transpose(0, 1)
+        if not mask[0].all():
+            raise ValueError("the first step of every sequence must be on")
+        return self.gold_score(emissions, tags, mask) - self.normalizer(emissions, mask)
+
+    def gold_score(self, emissions, tags, mask):
+        steps, batch = tags.shape
+        on = mask.float()
+        score = self.start[tags[0]] + emissions[0, torch.arange(batch), tags[0]]
+        for i in range(1, steps):
+            score += self.transitions[tags[i - 1], tags[i]] * on[i]
+            score += emissions[i, torch.arange(batch), tags[i]] * on[i]
+        last = tags[on.long().sum(0) - 1, torch.arange(batch)]
+        return score + self.end[last]
+
+    def normalizer(self, emissions, mask):
+        score = self.start + emissions[0]
+        for i in range(1, emissions.size(0)):
+            step = torch.logsumexp(score.unsqueeze(2) + self.transitions + emissions[i].unsqueeze(1), dim=1)
+            score = torch.where(mask[i].unsqueeze(1), step, score)
+        return torch.logsumexp(score + self.end, dim=1)

@@ -1,0 +1,116 @@
+"""Issue #47 round three, structured prediction and time series (``tests/pattern_models_round3e.py``).
+
+A linear-chain CRF's forward algorithm as pytorch-crf writes it (time-first ``[T, B, ...]``, ``for i in
+range(1, T)`` carrying a score, ``score += ...`` with ``tags[i - 1]`` and ``emissions[i, arange(B), tags[i]]``,
+``if not mask[0].all(): raise``) is run as a scan under dynamo and checked against the unpatched eager model
+at T=1 (no step at all), the example's length and 4x it, B=1 included. Plain TorchScript unrolls it at the
+example's 10 steps. The range lift's corner cases run in eager against the Python loop itself.
+"""
+import ast
+import sys
+
+import pytest
+import torch
+
+import onnx_compat
+from onnx_compat.errors import NotLiftable
+from onnx_compat.patches import scan_loops
+from onnx_compat.testing import PatchCase, patch_case_tests
+
+from pattern_models_round3e import ChainCRFLikelihood
+
+# lengths 1 (range(1, T) runs no step), the example's 11 at another batch, and 4x the example
+SIZES = ((1, 1), (3, 11), (2, 44))
+
+
+def _crf_inputs(B, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[0] = T  # the longest sequence fills the padded length
+    return torch.randn(B, T, 5, generator=g), lengths, torch.randint(0, 5, (B, T), generator=g)
+
+
+def _scans(proto, exporter):
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Scan") + ops.count("Loop") == 2, f"both loops should be graph loops: {ops}"
+
+
+CRF = PatchCase("chain_crf_likelihood", ChainCRFLikelihood, _crf_inputs,
+                {0: {0: "batch", 1: "time"}, 1: {0: "batch"}, 2: {0: "batch", 1: "time"}},
+                sizes=SIZES, example=(2, 11), exporters=("dynamo",), graph=_scans, atol=1e-4, rtol=1e-4)
+test_range_from_one_exports_as_a_scan, _ = patch_case_tests([CRF])
+
+
+def test_plain_torchscript_unrolls_the_forward_algorithm():
+    """Recorded failure: the TorchScript trace holds the example's 10 steps, so ONNX Runtime fails at T=1 (a
+    Gather of step 10 from a dim of 1)."""
+    model = CRF.model()
+    proto = CRF.export(model, "torchscript")
+    with pytest.raises(Exception, match=r"Gather.*idx=10 must be within the inclusive range \[-1,0\]"):
+        CRF.assert_matches(proto, model)
+
+
+# --- the lift of range(start, T) in eager: the same numbers as the Python loop --------------------------
+
+class Lifter:
+    """``for i in range(1, u.size(x, 0))``: with ``u = Plain`` the model's Python loop; with ``Lifter`` the same
+    loop run as a scan by ``scan_loops`` (what ``dynamic_loops`` does while dynamo traces), in eager."""
+
+    @staticmethod
+    def size(x, dim):
+        frame = sys._getframe(1)
+        loop = scan_loops.loop_at(frame)
+        scan_loops.lift(frame, loop, scan_loops.scanned_range(loop, x.shape[dim]), by_index=True)
+        return 0  # range(1, 0): the Python loop runs no step
+
+
+class Plain:
+    @staticmethod
+    def size(x, dim):
+        return x.shape[dim]
+
+
+def shifted_reads(x, tags, u):
+    score = x[0, torch.arange(x.shape[1]), tags[0]]
+    for i in range(1, u.size(x, 0)):
+        score += x[i, torch.arange(x.shape[1]), tags[i]] * x[i - 1][:, 0]
+    return score
+
+
+def time_on_dim_one(x, u):
+    h = x[:, 0] * 0
+    for t in range(2, u.size(x, 1)):
+        h = torch.tanh(h + x[:, t] - x[:, t - 2])
+    return h
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7])
+def test_range_from_a_constant_start_computes_what_the_python_loop_computes(steps):
+    """At T=1 (and T=2 for ``range(2, T)``) the range is empty: the scan still runs one step (ONNX Runtime's
+    Scan fails on none) whose result is dropped."""
+    g = torch.Generator().manual_seed(steps)
+    x, tags = torch.randn(steps, 3, 4, generator=g), torch.randint(0, 4, (steps, 3), generator=g)
+    for fn, args in ((shifted_reads, (x, tags)), (time_on_dim_one, (x.transpose(0, 1),))):
+        expected, got = fn(*args, Plain), fn(*args, Lifter)
+        assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-6), (fn.__name__, steps)
+
+
+def in_place_on_a_shared_state(x, u):
+    score = x[0] * 1
+    kept = score
+    for i in range(1, u.size(x, 0)):
+        score += x[i]
+    return score + kept
+
+
+def test_an_in_place_update_seen_by_another_name_is_not_lifted():
+    """``score += ...`` is run as ``score = score + ...`` in the step: not when another name holds the tensor
+    and would see each step's update."""
+    with pytest.raises(NotLiftable, match="updates 'score' in place .* 'kept' is the same tensor"):
+        in_place_on_a_shared_state(torch.randn(4, 3), Lifter)
+
+
+def test_a_range_with_a_computed_start_is_still_refused_with_why():
+    loop = next(n for n in ast.walk(ast.parse("for i in range(k, n):\n    pass\n")) if isinstance(n, ast.For))
+    with pytest.raises(NotLiftable, match=r"range\(k, n\) steps through the dim"):
+        scan_loops.scanned_range(loop, 37)
