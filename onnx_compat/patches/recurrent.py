@@ -24,7 +24,9 @@ Under TorchScript, which writes one pack -> RNN -> unpack pair itself, ``packed_
 a pair of its own around it (``_paired``), so packing used otherwise exports: a model reading only the
 final state (the unused unpacking was dropped, and the lone packing failed: "vector::_M_range_check"),
 several RNNs on one packing, a packing unpacked as it is (issue #47, 6). A ``PackedSequence`` rebuilt by
-hand from ``packed.data`` is refused naming the line.
+hand from ``packed.data`` is refused naming the line. The stand-in (``Padded``) is a ``PackedSequence``, so code
+that packs only what is not packed yet (stanza's PackedLSTM) passes it on as it is; packing it again is refused
+as PyTorch refuses to pack a packing.
 
 ``LSTM(proj_size>0)`` has no ONNX ``LSTM`` equivalent; under either exporter
 it runs as a loop over time (``_lstm_projection``: ONNX ``Scan`` from dynamo,
@@ -117,13 +119,20 @@ if SUPPORTED:
         return _fake(x, hx, params, bidirectional)
 
 
-class Padded:
-    """What ``pack_padded_sequence`` returns while exporting: the padded batch and its lengths. The packing's own
-    fields (``batch_sizes``, ``sorted_indices``, ``unsorted_indices``) have no counterpart: reading them (to build a
-    ``PackedSequence`` from ``packed.data`` by hand) is refused naming the model's line."""
+class Padded(PackedSequence):
+    """What ``pack_padded_sequence`` returns while exporting: the padded batch and its lengths. It is a
+    ``PackedSequence`` to the model's code, so a library that packs only what is not packed yet
+    (``if not isinstance(x, PackedSequence): x = pack_padded_sequence(x, lengths)``, stanza's PackedLSTM) keeps
+    it as it is, and ``data``, ``is_cuda``, ``to()``/``float()``/``cpu()`` work as on a packing. The packing's own
+    fields (``batch_sizes``, ``sorted_indices``, ``unsorted_indices``) have no counterpart: reading them (to build
+    a ``PackedSequence`` from ``packed.data`` by hand) is refused naming the model's line. As a tuple it holds
+    ``(data, None, None, None)``."""
+
+    def __new__(cls, data: Tensor, lengths: Tensor, batch_first: bool):
+        return tuple.__new__(cls, (data, None, None, None))
 
     def __init__(self, data: Tensor, lengths: Tensor, batch_first: bool):
-        self.data, self.lengths, self.batch_first = data, lengths, batch_first
+        self.lengths, self.batch_first = lengths, batch_first
 
     def _packing_field(self, name: str):
         from ._warning_site import frame_site, model_frame_outside_torch
@@ -135,6 +144,17 @@ class Padded:
     batch_sizes = property(lambda self: self._packing_field("batch_sizes"))
     sorted_indices = property(lambda self: self._packing_field("sorted_indices"))
     unsorted_indices = property(lambda self: self._packing_field("unsorted_indices"))
+
+    def to(self, *args, **kwargs) -> "Padded":
+        """``PackedSequence.to``: the data converted (the lengths stay where they are, as batch_sizes do)."""
+        data = self.data.to(*args, **kwargs)
+        return self if data is self.data else Padded(data, self.lengths, self.batch_first)
+
+    def pin_memory(self) -> "Padded":
+        return Padded(self.data.pin_memory(), self.lengths, self.batch_first)
+
+    def __reduce__(self):
+        return Padded, (self.data, self.lengths, self.batch_first)
 
 
 _refusals: List[str] = []
@@ -181,7 +201,7 @@ def rnn_forward(wrapped, instance, args, kwargs):
     bound = _bind(wrapped, args, kwargs)
     data, hx = bound.get("input"), bound.get("hx")
     name = f"{mode}({instance.input_size}, {instance.hidden_size})"
-    if isinstance(data, PackedSequence):
+    if isinstance(data, PackedSequence) and not isinstance(data, Padded):
         if projected and when.torchscript_exporting():
             return _projected_packed(instance, data, hx)
         if projected:
@@ -255,6 +275,11 @@ def _projected_packed(module, packed: PackedSequence, hx):
 
 def pack_padded(wrapped, instance, args, kwargs):
     bound = _bind(wrapped, args, kwargs)
+    if isinstance(bound["input"], PackedSequence):  # PyTorch refuses it too (TypeError or AttributeError)
+        from ._warning_site import frame_site, model_frame_outside_torch
+        raise TypeError(f"{frame_site(model_frame_outside_torch(1))}: pack_padded_sequence() was given a packed "
+                        "sequence; it packs a padded tensor (PyTorch refuses this too). Pack once, or check "
+                        "isinstance(x, PackedSequence) first")
     return Padded(bound["input"], torch.as_tensor(bound["lengths"]), bound.get("batch_first", False))
 
 
