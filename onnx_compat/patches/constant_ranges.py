@@ -19,10 +19,12 @@ fixed-size chunking of a dynamic length) is not proven and goes on to the scan l
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
-import sympy
 import torch
+
+if TYPE_CHECKING:  # imported where used: a TorchScript export never loads sympy (test_registry)
+    import sympy
 
 from .scan_loops import _function_ast
 
@@ -81,6 +83,7 @@ def _values(args: Sequence[ast.expr], frame) -> Optional[list]:
 
 
 def _expr(value) -> sympy.Expr:
+    import sympy
     return value.node.expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
 
 
@@ -97,6 +100,7 @@ def _hint(value, shape_env) -> Optional[int]:
 
 
 def proven_steps(exprs: List[sympy.Expr], shape_env) -> Optional[List[int]]:
+    import sympy
     """The values of ``range(*exprs)`` when they are the same numbers for every value of the symbols in the
     shape environment's ranges; None when that is not proven."""
     start, stop, step = ([sympy.Integer(0)] + exprs + [sympy.Integer(1)])[:3] if len(exprs) == 1 else \
