@@ -221,6 +221,8 @@ def _symbolic_bool(wrapped, instance, args, kwargs):
         return bool(values.reshape(()))
     _depth.value = getattr(_depth, "value", 0) + 1
     try:
+        if _depth.value == 1 and _without_values(instance) and _is_check(_caller()):
+            return _as_check(instance, None)  # not asked of torch: its failed guard leaves an unbacked read behind
         return wrapped(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - only a guard on a data-dependent value is a check's to take
         if _depth.value > 1 or not _data_dependent(exc):
@@ -228,6 +230,16 @@ def _symbolic_bool(wrapped, instance, args, kwargs):
         return _as_check(instance, exc)
     finally:
         _depth.value -= 1
+
+
+def _without_values(tensor) -> bool:
+    """A fake tensor computed from the inputs (its values unknown while dynamo traces)."""
+    from torch._subclasses.fake_tensor import is_fake
+    return isinstance(tensor, torch.Tensor) and is_fake(tensor) and tensor.numel() == 1
+
+
+def _is_check(frame) -> bool:
+    return frame is not None and check_outcome(frame.f_code, frame.f_lasti) is not None
 
 
 def _data_dependent(exc: BaseException) -> bool:
