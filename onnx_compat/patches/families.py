@@ -31,6 +31,8 @@ from onnx_compat.patches import int_calls  # noqa: F401
 from onnx_compat.patches import length_caches  # noqa: F401
 from onnx_compat.patches import int_types  # noqa: F401
 from onnx_compat.patches import linalg  # noqa: F401
+from onnx_compat.patches import diagonals  # noqa: F401
 from onnx_compat.patches import draws  # noqa: F401
 from onnx_compat.patches import padding_mask  # noqa: F401
 from onnx_compat.patches import fixed_pieces  # noqa: F401
+from onnx_compat.patches import autograd_in_forward  # noqa: F401
