@@ -55,3 +55,37 @@ class ChainCRFLikelihood(nn.Module):
             step = torch.logsumexp(score.unsqueeze(2) + self.transitions + emissions[i].unsqueeze(1), dim=1)
             score = torch.where(mask[i].unsqueeze(1), step, score)
         return torch.logsumexp(score + self.end, dim=1)
+
+
+class GradientMarginals(nn.Module):
+    """Edge marginals as the gradient of the log partition, as torch-struct computes them: the potentials made
+    to need grad, a partition, then ``torch.autograd.grad`` of it inside forward."""
+
+    def forward(self, potentials):  # [B, T, C, C]
+        with torch.enable_grad():
+            edges = potentials.detach().requires_grad_(True)
+            log_z = edges.logsumexp((2, 3)).sum()
+            return torch.autograd.grad(log_z, edges, create_graph=True)[0]
+
+
+class ViterbiBacktrace(nn.Module):
+    """Viterbi decoding as pytorch-crf writes it: a max-product step stepped by ``range(1, T)`` whose argmax
+    indices are kept in a Python list, then a backtrace per sequence through ``.item()`` into Python lists,
+    padded back into a tensor by the caller."""
+
+    def __init__(self, tags: int = 5):
+        super().__init__()
+        self.transitions = nn.Parameter(torch.randn(tags, tags))
+
+    def forward(self, emissions):  # [T, B, C]
+        score, history = emissions[0], []
+        for i in range(1, emissions.size(0)):
+            score, indices = (score.unsqueeze(2) + self.transitions + emissions[i].unsqueeze(1)).max(dim=1)
+            history.append(indices)
+        paths = []
+        for row in range(emissions.size(1)):
+            best = [score[row].argmax().item()]
+            for hist in reversed(history):
+                best.append(hist[row][best[-1]].item())
+            paths.append(torch.tensor(best[::-1]))
+        return torch.stack(paths)

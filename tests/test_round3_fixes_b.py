@@ -118,3 +118,41 @@ def test_a_range_with_a_computed_start_is_still_refused_with_why():
     loop = next(n for n in ast.walk(ast.parse("for i in range(k, n):\n    pass\n")) if isinstance(n, ast.For))
     with pytest.raises(NotLiftable, match=r"range\(k, n\) steps through the dim"):
         scan_loops.scanned_range(loop, 37)
+
+
+# --- what no export can be right for: refused naming the line and what would make it exportable -----------
+
+def backtrace_through_item(x, u):
+    score, history = x[0], []
+    for i in range(1, u.size(x, 0)):
+        score, best = (score.unsqueeze(2) + x[i].unsqueeze(1)).max(dim=1)
+        history.append(best)
+    path = [score[0].argmax().item()]
+    for hist in reversed(history):
+        path.append(hist[0][path[-1]].item())
+    return torch.tensor(path)
+
+
+def test_a_backtrace_into_python_lists_names_its_value_reads():
+    """pytorch-crf's Viterbi decode: the argmax history is walked in Python through ``.item()``. The loop is not
+    a scan (its list is read in Python), and the reason names the reads and the tensor form that exports."""
+    first = backtrace_through_item.__code__.co_firstlineno
+    with pytest.raises(NotLiftable, match=rf"the list 'history' is used at line {first + 6} .*\.item\(\) at line "
+                                          rf"{first + 5}, \.item\(\) at line {first + 7}.*torch\.gather"):
+        backtrace_through_item(torch.randn(5, 1, 4, 4)[..., 0], Lifter)
+
+
+def test_autograd_in_forward_is_refused_at_its_line(tmp_path):
+    """torch-struct's marginals: plain TorchScript fails with "Cannot insert a Tensor that requires grad as a
+    constant" (no line of the model, read as a module kept in a global); patched, the call is named."""
+    from onnx_compat import Dim, TensorSpec
+    from onnx_compat.errors import ExportError
+    from pattern_models_round3e import GradientMarginals
+    b, t = Dim("batch"), Dim("time")
+    with pytest.raises(ExportError) as raised:
+        onnx_compat.export(GradientMarginals(), str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 4, 4])],
+                           [TensorSpec("y", [b, t, 4, 4])], exporter="torchscript")
+    line = GradientMarginals.forward.__code__.co_firstlineno + 4
+    head = str(raised.value).split("also tried")[0]
+    assert f"pattern_models_round3e.py:{line}: torch.autograd.grad inside the model's forward" in head, head
+    assert "Cannot insert a Tensor that requires grad" in str(raised.value), str(raised.value)[-800:]

@@ -150,7 +150,27 @@ def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
             raise NotLiftable(f"'{name.id}', set in the loop, is read after it (line {name.lineno})")
         if name.id in plan.lists and id(name) not in stacked and name.lineno > loop.lineno:
             raise NotLiftable(f"the list '{name.id}' is used at line {name.lineno} other than as "
-                              f"torch.stack/torch.cat(...)")
+                              f"torch.stack/torch.cat(...){_walked_in_python(tree, loop)}")
+
+
+_VALUE_READS = ("item", "tolist", "numpy")
+
+
+def _walked_in_python(tree, loop: ast.For) -> str:
+    """A step list used in Python after the loop, where the function also reads tensor values into Python
+    (``.item()``, ``.tolist()``, ``.numpy()``): a walk over the steps driven by values (a Viterbi backtrace into
+    Python lists). Said with those lines and the tensor form that would export; "" when there are none."""
+    reads = sorted({(n.lineno, n.func.attr) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute) and n.func.attr in _VALUE_READS and not n.args
+                    and n.lineno > (loop.end_lineno or loop.lineno)})
+    if not reads:
+        return ""
+    said = ", ".join(f".{attr}() at line {line}" for line, attr in reads)
+    return (f"; after the loop the function reads tensor values into Python ({said}), so what it builds from the "
+            f"steps (a backtrace into Python lists) follows the input's values, which no exported graph can. To "
+            f"export, keep the steps as one tensor (torch.stack) and walk them back with tensor ops (torch.gather "
+            f"of each step's indices at the current one, a loop carrying it over the reversed steps), returning "
+            f"padded tensors; or keep that part outside the exported model")
 
 
 class _TakeStep(ast.NodeTransformer):
@@ -303,8 +323,9 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
             new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
         return new, _fresh(outs)
 
-    try:
-        final, ys = scan(combine, tuple(local[c] for c in plan.carries),
+    try:  # the state detached: a carry that needs grad has the export trace scan's autograd form, which leaves
+        # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
+        final, ys = scan(combine, tuple(local[c].detach() for c in plan.carries),
                          xs if gate is None else (gate.indices, gate.valid))
     except (UnsupportedPattern, NotLiftable):
         raise
