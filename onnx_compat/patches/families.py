@@ -35,3 +35,4 @@ from onnx_compat.patches import diagonals  # noqa: F401
 from onnx_compat.patches import draws  # noqa: F401
 from onnx_compat.patches import padding_mask  # noqa: F401
 from onnx_compat.patches import fixed_pieces  # noqa: F401
+from onnx_compat.patches import autograd_in_forward  # noqa: F401
