@@ -1,0 +1,140 @@
+"""Round-three fixes (issue #47), first part: a packing handed to code that packs unless
+``isinstance(x, PackedSequence)`` (stanza's char LM, which patched TorchScript lost while vanilla TorchScript
+verified it), and diagonals of score matrices holding -inf (torch-struct's dependency CRF: NaN under both
+exporters; ``diag_embed`` missing from TorchScript). Small models in ``pattern_models_round3c.py``, exported at
+B=2/T=37 under ``patched()`` and compared with the unpatched eager model at B=1/T=23, B=3/T=50, B=2/T=9; the
+plain export's failure is asserted where this torch has it. One dynamo export per fix."""
+import itertools
+
+import onnx
+import pytest
+import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+import onnx_compat
+from onnx_compat.errors import UnsupportedPattern
+from onnx_compat.patches import diagonals
+from onnx_compat.patches.recurrent import Padded
+from onnx_compat.testing import bare_onnx, patch_case_tests
+
+from helpers import pattern_cases
+from pattern_models_round3c import MaskedScoreDiagonal, PackedCharLM
+
+SIZES = [(1, 23), (3, 50), (2, 9)]
+_LENGTHS_AXES = {0: {0: "b", 1: "t"}, 1: {0: "b"}}
+
+
+def _sorted_batch(B, T, g):
+    """x [B, T, 8] and its lengths longest first (pack_padded_sequence's default enforce_sorted), the longest
+    filling T."""
+    lengths = torch.randint(max(1, T // 2), T + 1, (B,), generator=g).sort(descending=True).values
+    lengths[0] = T
+    return torch.randn(B, T, 8, generator=g), lengths
+
+
+def _padded_tokens(B, T, g):
+    """x [B, T, 8] and lengths all shorter than T, so every item (B=1 too) has arcs masked with -inf."""
+    return torch.randn(B, T, 8, generator=g), torch.randint(max(1, T // 3), T, (B,), generator=g)
+
+
+_NAN = "differs from eager"  # the -inf * 0 of EyeLike -> Mul -> ReduceSum: NaN where eager has numbers
+
+# name: (model, inputs(B, T, gen), dynamic axes, exporters, vanilla failure per exporter on torch 2.13)
+CASES = {
+    # vanilla TorchScript verifies it (no failure to record); patched TorchScript packed the stand-in again
+    "pack_unless_packed": (PackedCharLM, _sorted_batch, _LENGTHS_AXES, ("torchscript", "dynamo"), {}),
+    "masked_scores_roots": (lambda: MaskedScoreDiagonal("roots"), _padded_tokens, _LENGTHS_AXES, ("torchscript",),
+                            {"torchscript": _NAN}),
+    "masked_scores_readers": (lambda: MaskedScoreDiagonal("readers"), _padded_tokens, _LENGTHS_AXES,
+                              ("torchscript",), {"torchscript": "to ONNX opset version"}),
+    "masked_scores_laplacian": (lambda: MaskedScoreDiagonal("laplacian"), _padded_tokens, _LENGTHS_AXES,
+                                ("torchscript", "dynamo"),
+                                {"torchscript": "'aten::diag_embed' to ONNX opset version", "dynamo": _NAN}),
+}
+
+ROUND3_FIXES = pattern_cases(CASES, SIZES)
+test_round3_fix_matches_eager, test_vanilla_round3_fix_fails_as_recorded = patch_case_tests(ROUND3_FIXES)
+
+
+@pytest.mark.parametrize("case", ROUND3_FIXES, ids=lambda c: c.name)
+def test_eager_is_untouched_inside_patched(case):
+    case.assert_eager_untouched()
+
+
+# --- the packing stand-in -----------------------------------------------------------------------------
+
+def test_the_packing_stand_in_is_a_packed_sequence():
+    """What pack_padded_sequence returns while exporting passes isinstance(x, PackedSequence) and behaves as
+    one where it can: data, is_cuda, to()/float()/double(); the packing's own fields are refused, naming this
+    file's line."""
+    x, lengths = torch.randn(2, 5, 3), torch.tensor([5, 3])
+    packed = Padded(x, lengths, True)
+    assert isinstance(packed, PackedSequence) and packed.data is x and not packed.is_cuda
+    assert packed.float() is packed
+    wider = packed.double()
+    assert isinstance(wider, Padded) and wider.data.dtype == torch.float64 and wider.lengths is lengths
+    assert wider.batch_first is True
+    with pytest.raises(UnsupportedPattern, match=r"test_round3_fixes_a\.py:\d+: reads batch_sizes"):
+        packed.batch_sizes
+
+
+class _PacksTwice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(3, 4, batch_first=True)
+
+    def forward(self, x, lengths):
+        packed = pack_padded_sequence(x, lengths, batch_first=True)
+        return self.lstm(pack_padded_sequence(packed, lengths, batch_first=True))[1][0]
+
+
+def test_packing_a_packing_is_refused_as_torch_refuses_it():
+    """PyTorch refuses to pack a PackedSequence (TypeError); the stand-in is refused too, naming the line."""
+    x, lengths = torch.randn(2, 5, 3), torch.tensor([5, 3])
+    model = _PacksTwice().eval()
+    with pytest.raises(TypeError):
+        model(x, lengths)
+    with onnx_compat.patched(), pytest.raises(TypeError, match=r"test_round3_fixes_a\.py:\d+: "
+                                                              r"pack_padded_sequence\(\) was given a packed"):
+        bare_onnx(model, (x, lengths), "torchscript", _LENGTHS_AXES)
+
+
+# --- diagonals ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(3, 3), (4, 6), (6, 4), (2, 3, 5), (2, 5, 3, 4), (1, 0, 3)])
+def test_the_gathered_diagonal_is_torchs(shape):
+    """Every offset (past both edges) and every ordered pair of dims, negative ones too: same values, same
+    shape, same layout of the remaining dims."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape)))
+    rank = len(shape)
+    for offset in range(-7, 8):
+        for dim1, dim2 in itertools.permutations(range(-rank, rank), 2):
+            if dim1 % rank != dim2 % rank:
+                expected = torch.diagonal(x, offset, dim1, dim2)
+                got = diagonals.diagonal(x, offset, dim1, dim2)
+                assert got.shape == expected.shape and torch.equal(got, expected), (shape, offset, dim1, dim2)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 4), (2, 3, 2), (0,)])
+def test_the_embedded_diagonal_is_torchs(shape):
+    v = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape)))
+    v.view(-1)[:1] = float("-inf")  # stays on its own element
+    rank = len(shape) + 1
+    for offset in range(-3, 4):
+        for dim1, dim2 in itertools.permutations(range(-rank, rank), 2):
+            if dim1 % rank != dim2 % rank:
+                expected = torch.diag_embed(v, offset, dim1, dim2)
+                got = diagonals.diag_embed(v, offset, dim1, dim2)
+                assert got.shape == expected.shape and torch.equal(got, expected), (shape, offset, dim1, dim2)
+    flags = torch.tensor([True, False, True])
+    assert torch.equal(diagonals.diag_embed(flags, -1), torch.diag_embed(flags, -1))
+
+
+def test_the_diagonal_is_read_by_a_gather():
+    """The patched graph reads the diagonal by index: no EyeLike (whose Mul turns -inf into NaN)."""
+    case = next(c for c in ROUND3_FIXES if c.name == "masked_scores_roots")
+    with onnx_compat.patched():
+        proto = case.export(case.model(), "torchscript")
+    ops = {node.op_type for node in proto.graph.node}
+    assert "Gather" in ops and "EyeLike" not in ops, sorted(ops)
+    assert isinstance(proto, onnx.ModelProto)
