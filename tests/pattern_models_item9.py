@@ -65,3 +65,35 @@ class DeepFilter(nn.Module):
         frames = F.pad(z.permute(0, 2, 1), (self.order - 1, 0)).unfold(-1, self.order, 1)  # [B, F, T, N]
         out = torch.einsum("...ftn,...ntf->...tf", frames, coefs)
         return torch.view_as_real(out)
+
+
+class ValidLength(nn.Module):
+    """demucs v2's size code (demucs/demucs.py:376-397, 412, 434): the input padded to the nearest length its
+    strided convs take whole, computed by ``math.ceil``/``max(1, ...)`` per layer and ended by ``int(length)``,
+    then centre-trimmed back with an int reference (``center_trim(x, length)``, utils.py:46 takes a tensor or a
+    length)."""
+
+    def __init__(self, depth: int = 2, kernel: int = 8, stride: int = 4):
+        super().__init__()
+        self.depth, self.kernel, self.stride = depth, kernel, stride
+        self.down = nn.ModuleList(nn.Conv1d(1 if i == 0 else 4, 4, kernel, stride) for i in range(depth))
+        self.up = nn.ModuleList(nn.ConvTranspose1d(4, 4 if i < depth - 1 else 2, kernel, stride)
+                                for i in range(depth))
+
+    def valid_length(self, length):
+        for _ in range(self.depth):
+            length = math.ceil((length - self.kernel) / self.stride) + 1
+            length = max(1, length)
+        for _ in range(self.depth):
+            length = (length - 1) * self.stride + self.kernel
+        return int(length)
+
+    def forward(self, mix):  # [B, 1, T] -> [B, 2, T]
+        length = mix.shape[-1]
+        delta = self.valid_length(length) - length
+        x = F.pad(mix, (delta // 2, delta - delta // 2))
+        for conv in self.down:
+            x = torch.tanh(conv(x))
+        for conv in self.up:
+            x = conv(x)
+        return center_trim(x, length)

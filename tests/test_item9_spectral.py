@@ -18,7 +18,7 @@ import onnx_compat
 from onnx_compat.patches import size_math
 from onnx_compat.testing import PatchCase, patch_case_tests
 
-from pattern_models_item9 import CenterTrimmed, DeepFilter
+from pattern_models_item9 import CenterTrimmed, DeepFilter, ValidLength
 
 
 def _wave(B, T, seed):
@@ -31,7 +31,11 @@ CASES = [PatchCase("center_trimmed", CenterTrimmed, _wave, {0: {0: "batch", 2: "
                    unpatched=lambda: onnx_compat.patched(exclude=["slice_stop_from_end"])),
          PatchCase("deep_filter", DeepFilter, lambda B, T, seed: (torch.randn(
                        B, T, 12, 2, generator=torch.Generator().manual_seed(seed)),), {0: {0: "batch", 1: "time"}},
-                   sizes=((1, 23), (3, 50), (2, 2)), vanilla={"torchscript": "view_as_complex"})]
+                   sizes=((1, 23), (3, 50), (2, 2)), vanilla={"torchscript": "view_as_complex"}),
+         # T=52 and 100 take no trim; the example 77 is padded to 84 and trimmed back
+         PatchCase("valid_length", ValidLength, _wave, {0: {0: "batch", 2: "time"}},
+                   sizes=((1, 52), (3, 101), (2, 40)), example=(2, 77),
+                   vanilla={"torchscript": "Dimension specified as -1"})]
 test_item9_patterns_export, test_item9_unpatched_fails_as_recorded = patch_case_tests(CASES)
 
 

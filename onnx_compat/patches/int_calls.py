@@ -52,7 +52,7 @@ from .size_floats import float_of
 NAME = "__onnx_compat_int__"
 # the builtins whose calls are pointed at a stand-in, by the global name the stand-in is loaded as
 NAMES = {"int": NAME, "len": "__onnx_compat_len__", "max": "__onnx_compat_max__", "min": "__onnx_compat_min__",
-         "float": "__onnx_compat_float__"}
+         "float": "__onnx_compat_float__", "isinstance": "__onnx_compat_isinstance__"}
 _kept = 0  # int(), len(), max(), min() calls that returned a traced size or a reduction (for ``patch.idle``)
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
@@ -72,6 +72,12 @@ def int_of(value, *args, **kwargs):
     if not args and not kwargs and isinstance(value, (torch.Tensor, torch.SymInt)):
         from .lengths import kept_size
         size = kept_size(value)
+        if size is not None:
+            _kept += 1
+            return size
+    if not args and not kwargs:  # int() of any traced or symbolic size is that size (size_math.int_of_size)
+        from .size_math import int_of_size
+        size = int_of_size(value)
         if size is not None:
             _kept += 1
             return size
@@ -131,8 +137,9 @@ def _point_at(raw: bytearray, site, index: int) -> bool:
 def _redirect(fns: List[types.FunctionType]) -> List[tuple]:
     """Points the called ``int`` of each function at ``int_of``; returns what ``_restore`` puts back."""
     from .lengths import len_of, max_of, min_of
+    from .size_math import isinstance_of
     stand_ins = {NAME: int_of, NAMES["len"]: len_of, NAMES["max"]: max_of, NAMES["min"]: min_of,
-                 NAMES["float"]: float_of}
+                 NAMES["float"]: float_of, NAMES["isinstance"]: isinstance_of}
     undo = []
     _follow_names()
     for fn in fns:
