@@ -156,3 +156,21 @@ def test_autograd_in_forward_is_refused_at_its_line(tmp_path):
     head = str(raised.value).split("also tried")[0]
     assert f"pattern_models_round3e.py:{line}: torch.autograd.grad inside the model's forward" in head, head
     assert "Cannot insert a Tensor that requires grad" in str(raised.value), str(raised.value)[-800:]
+
+
+def two_loops_one_name(x, u):
+    score = x[0]
+    for i in range(1, u.size(x, 0)):
+        score = score * 0.5 + x[i]
+    total = score
+    for i in range(x.shape[1]):
+        total = total + score[i]
+    return total
+
+
+def test_a_loop_variable_bound_again_by_a_later_loop_is_not_read_after_the_lifted_loop():
+    """The later ``for i`` binds ``i`` itself: its reads are not the lifted loop's (the lift refused that loop,
+    "'i', set in the loop, is read after it")."""
+    x = torch.randn(6, 3)
+    expected, got = two_loops_one_name(x, Plain), two_loops_one_name(x, Lifter)
+    assert torch.allclose(got, expected, atol=1e-6), (got - expected).abs().max()

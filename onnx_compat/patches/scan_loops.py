@@ -143,14 +143,29 @@ def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
     stacked = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call) and call.args
                and isinstance(call.func, ast.Attribute) and call.func.attr in ("stack", "cat", "concat", "concatenate")
                and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"}
+    rebound = _rebound_by_other_loops(tree, loop)
     for name in _names([tree], ast.Load):
-        if id(name) in inside:
+        if id(name) in inside or id(name) in rebound:
             continue
         if name.id in temporaries or name.id == loop.target.id:
             raise NotLiftable(f"'{name.id}', set in the loop, is read after it (line {name.lineno})")
         if name.id in plan.lists and id(name) not in stacked and name.lineno > loop.lineno:
             raise NotLiftable(f"the list '{name.id}' is used at line {name.lineno} other than as "
                               f"torch.stack/torch.cat(...){_walked_in_python(tree, loop)}")
+
+
+def _rebound_by_other_loops(tree, loop: ast.For) -> set:
+    """Reads of a name inside the body of another ``for`` that binds it (``for i in ...`` again, a common reuse
+    of a loop variable): they read that loop's value, not this one's. A ``for`` around this loop is not
+    another: after this loop, its body reads what this loop left."""
+    rebound = set()
+    for other in ast.walk(tree):
+        if not isinstance(other, ast.For) or any(n is loop for n in ast.walk(other)):
+            continue
+        bound = {n.id for n in ast.walk(other.target) if isinstance(n, ast.Name)}
+        rebound |= {id(n) for stmt in other.body + other.orelse for n in ast.walk(stmt)
+                    if isinstance(n, ast.Name) and n.id in bound}
+    return rebound
 
 
 _VALUE_READS = ("item", "tolist", "numpy")
