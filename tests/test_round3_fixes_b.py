@@ -12,6 +12,7 @@ import ast
 import contextlib
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -174,3 +175,14 @@ def test_a_loop_variable_bound_again_by_a_later_loop_is_not_read_after_the_lifte
     x = torch.randn(6, 3)
     expected, got = two_loops_one_name(x, Plain), two_loops_one_name(x, Lifter)
     assert torch.allclose(got, expected, atol=1e-6), (got - expected).abs().max()
+
+
+def test_values_of_a_numpy_stand_in_are_refused_by_every_operator():
+    """pypots TimesNet (layers.py:24) divides a size by periods read through .numpy(): a bare TypeError before."""
+    from onnx_compat.errors import UnsupportedPattern
+    from onnx_compat.patches.constants import DtypeOnly
+    periods = DtypeOnly(torch.tensor([2, 3]), "model.py:23")
+    for use in (lambda: 12 // periods, lambda: periods % 2, lambda: 2 ** periods, lambda: periods < 3):
+        with pytest.raises(UnsupportedPattern, match="model.py:23.*fix those sizes"):
+            use()
+    assert periods.shape == (2,) and periods.dtype == np.int64

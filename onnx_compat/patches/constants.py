@@ -139,13 +139,16 @@ class DtypeOnly:
     def _refuse(self, *args, **kwargs):
         raise UnsupportedPattern(f"{self.where}: .numpy() of a tensor whose values are not known while the dynamo "
                                   f"exporter traces: only its dtype and shape can be read here (compute with "
-                                  f"torch ops on the tensor instead)")
+                                  f"torch ops on the tensor instead; where its values choose sizes downstream, "
+                                  f"e.g. periods or top-k positions, fix those sizes in the model to export it)")
 
     def __getattr__(self, name):
         self._refuse()
 
     __array__ = __getitem__ = __iter__ = __len__ = __float__ = __int__ = __bool__ = _refuse
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __abs__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __index__ = _refuse
 
 
 def _numpy(wrapped, instance, args, kwargs):
