@@ -111,9 +111,9 @@ def _unbind(wrapped, instance, args, kwargs):
             dim = b["dim"] % x.dim()
             via_iter = _iterating()
 
-            def steps(loop):
-                scan_loops.check_unbound(loop, via_iter)
-                return x.movedim(dim, 0)
+            def steps(loop):  # enumerate(x.unbind(d)): the step's index goes with its slice
+                enumerated = scan_loops.check_unbound(loop, via_iter)
+                return (torch.arange(size), x.movedim(dim, 0)) if enumerated else x.movedim(dim, 0)
             why = _as_scan(frame, steps)
             if why is None:
                 return ()  # the loop ran as a scan: its Python loop runs no step

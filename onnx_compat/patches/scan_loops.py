@@ -50,6 +50,21 @@ class _Plan:
     loop: ast.For
     carries: List[str] = field(default_factory=list)
     lists: List[str] = field(default_factory=list)
+    stores: List[ast.Assign] = field(default_factory=list)  # buf[..., t, ...] = v at the body's top level
+    index: Optional[str] = None  # the step's index: range()'s variable, or enumerate()'s first one
+
+
+def _targets(loop: ast.For) -> List[str]:
+    """The loop's variables: ``t``, or ``i, x_t`` of ``enumerate(...)``."""
+    return [n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)]
+
+
+def _enumerated(loop: ast.For) -> bool:
+    """``for i, x_t in enumerate(<steps>)``: two names, no start."""
+    it, target = loop.iter, loop.target
+    return (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"
+            and len(it.args) == 1 and not it.keywords and isinstance(target, ast.Tuple) and len(target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in target.elts))
 
 
 @functools.lru_cache(maxsize=64)
@@ -74,17 +89,48 @@ def loop_at(frame) -> Optional[ast.For]:
     return max(found, key=lambda n: n.lineno, default=None)
 
 
-def _check_body(loop: ast.For) -> None:
+def _check_body(loop: ast.For, index: Optional[str], local: Dict[str, object]) -> List[ast.Assign]:
+    """The body's forbidden statements and stores; the stores at the step's index it keeps (``_step_store``)."""
     if loop.orelse:
         raise NotLiftable("it has an else: clause")
-    if not isinstance(loop.target, ast.Name):
-        raise NotLiftable("its loop variable is not a single name")
+    if not isinstance(loop.target, ast.Name) and not _enumerated(loop):
+        raise NotLiftable("its loop variable is not a single name (nor 'i, x' of enumerate() without a start)")
+    stores = [stmt for stmt in loop.body if _step_store(stmt, loop, index, local) is not None]
+    kept = {id(stmt.targets[0]) for stmt in stores}
     for node in (n for stmt in loop.body for n in ast.walk(stmt)):
         if isinstance(node, _FORBIDDEN):
             raise NotLiftable(f"its body has a '{type(node).__name__.lower()}' statement")
-        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store) \
+                and id(node) not in kept:
             raise NotLiftable(f"its body stores into {ast.unparse(node)} (line {node.lineno}), which a scan "
-                              f"step cannot carry; a store by rows is a mask or a where() over the whole dim")
+                              f"step cannot carry; a store by rows is a mask or a where() over the whole dim "
+                              f"(a store at the step's index into a tensor made before the loop, buf[:, t] = v "
+                              f"with buf not read in the loop, is run as a step output)")
+    return stores
+
+
+def _step_store(stmt, loop: ast.For, index: Optional[str], local: Dict[str, object]) -> Optional[int]:
+    """``buf[..., t + k, ...] = v`` at the body's top level, ``buf`` a tensor made before the loop and not
+    read in the body, the parts before ``t`` slices or int constants and the others not set in the loop:
+    each step writes one slot, so the stacked values written once after the scan are the same stores. The
+    position of ``t`` among the subscript's parts, or None."""
+    if index is None or not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                             and isinstance(stmt.targets[0], ast.Subscript)):
+        return None
+    target = stmt.targets[0]
+    if not isinstance(target.value, ast.Name) or not isinstance(local.get(target.value.id), torch.Tensor):
+        return None
+    parts = list(target.slice.elts) if isinstance(target.slice, ast.Tuple) else [target.slice]
+    at = next((k for k, p in enumerate(parts) if _step_offset(p, index) is not None), None)
+    if at is None or not all(isinstance(p, ast.Slice) and p.lower is p.upper is p.step is None
+                             or isinstance(p, ast.Constant) and type(p.value) is int for p in parts[:at]):
+        return None
+    set_in_loop = {n.id for n in _names(loop.body, ast.Store)} | set(_targets(loop))
+    others = [n.id for p in parts[:at] + parts[at + 1:] for n in _names([p], ast.Load)]
+    read = [n.id for n in _names(loop.body, ast.Load)].count(target.value.id)
+    if set_in_loop & set(others) or read != 1 or _step_offset(parts[at], index) < 0:
+        return None
+    return at
 
 
 def _appended(stmt) -> Optional[str]:
@@ -100,10 +146,12 @@ def _names(nodes, ctx) -> List[ast.Name]:
     return [n for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)]
 
 
-def _plan(tree, loop: ast.For, local: Dict[str, object]) -> _Plan:
+def _plan(tree, loop: ast.For, local: Dict[str, object], by_index: bool) -> _Plan:
     """Which names the loop carries and which lists collect its steps; NotLiftable when neither is sound."""
-    _check_body(loop)
-    plan = _Plan(loop)
+    index = (loop.target.elts[0].id if _enumerated(loop) else
+             loop.target.id if by_index and isinstance(loop.target, ast.Name) else None)
+    plan = _Plan(loop, index=index)
+    plan.stores = _check_body(loop, index, local)
     plan.lists = [name for name in map(_appended, loop.body) if name is not None]
     for name in plan.lists:
         if plan.lists.count(name) > 1 or local.get(name) != [] or not isinstance(local.get(name), list):
@@ -112,7 +160,7 @@ def _plan(tree, loop: ast.For, local: Dict[str, object]) -> _Plan:
     for name in plan.lists:
         if loads_in_body.count(name) != 1:
             raise NotLiftable(f"its body reads the list '{name}' it appends to")
-    stored = {n.id for n in _names(loop.body, ast.Store)} - {loop.target.id}
+    stored = {n.id for n in _names(loop.body, ast.Store)} - set(_targets(loop))
     plan.carries = sorted(name for name in stored if name in local)
     for name in plan.carries:
         if not isinstance(local[name], torch.Tensor):
@@ -144,14 +192,30 @@ def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
                and isinstance(call.func, ast.Attribute) and call.func.attr in ("stack", "cat", "concat", "concatenate")
                and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"}
     rebound = _rebound_by_other_loops(tree, loop)
+    stacked_as = _stacked_into_itself(tree, loop, plan.lists, stacked)
     for name in _names([tree], ast.Load):
-        if id(name) in inside or id(name) in rebound:
+        if id(name) in inside or id(name) in rebound or name.lineno > stacked_as.get(name.id, name.lineno):
             continue
-        if name.id in temporaries or name.id == loop.target.id:
+        if name.id in temporaries or name.id in _targets(loop):
             raise NotLiftable(f"'{name.id}', set in the loop, is read after it (line {name.lineno})")
         if name.id in plan.lists and id(name) not in stacked and name.lineno > loop.lineno:
             raise NotLiftable(f"the list '{name.id}' is used at line {name.lineno} other than as "
                               f"torch.stack/torch.cat(...){_walked_in_python(tree, loop)}")
+
+
+def _stacked_into_itself(tree, loop: ast.For, lists, stacked) -> Dict[str, int]:
+    """``hs = torch.stack(hs, dim=1)`` as a statement after the loop, beside it: from its last line on the name
+    is the stacked tensor, and its reads are that tensor's. The list name -> that line."""
+    beside = next((body for node in ast.walk(tree) for body in (getattr(node, "body", None),)
+                   if isinstance(body, list) and any(stmt is loop for stmt in body)), [])
+    found: Dict[str, int] = {}
+    for stmt in beside[beside.index(loop) + 1:] if beside else ():
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id in lists and stmt.targets[0].id not in found:
+            reads = [n for n in _names([stmt.value], ast.Load) if n.id == stmt.targets[0].id]
+            if reads and all(id(n) in stacked for n in reads):
+                found[stmt.targets[0].id] = stmt.end_lineno or stmt.lineno
+    return found
 
 
 def _rebound_by_other_loops(tree, loop: ast.For) -> set:
@@ -263,17 +327,20 @@ def _same(before: torch.Tensor, after):
 def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef:
     """``make(free...) -> step(carry, x_t) -> (carry, outputs)``: the model's locals the body reads are the
     step's closure (as globals, dynamo's guards would look them up in the model's module)."""
-    body = []
+    body, stored_at = [], [ast.unparse(stmt) for stmt in plan.stores]
     for stmt in copy.deepcopy(loop.body):  # the parsed source is cached: the step's rewrites stay on a copy
         name = _appended(stmt)
         if name is not None:
             stmt = ast.copy_location(ast.Assign([ast.Name(f"__oc_y_{plan.lists.index(name)}", ast.Store())],
                                                  stmt.value.args[0]), stmt)
+        elif ast.unparse(stmt) in stored_at:  # a store at the step's index: the step's output, written after
+            k = len(plan.lists) + stored_at.index(ast.unparse(stmt))
+            stmt = ast.copy_location(ast.Assign([ast.Name(f"__oc_y_{k}", ast.Store())], stmt.value), stmt)
         body.append(stmt)
     carries, outs = "".join(c + ", " for c in plan.carries), "".join(
-        f"__oc_y_{k}, " for k in range(len(plan.lists)))
+        f"__oc_y_{k}, " for k in range(len(plan.lists) + len(plan.stores)))
     src = (f"def __oc_make(__oc_take, __oc_same, {''.join(f + ', ' for f in free)}):\n"
-           f"    def __oc_step(__oc_carry, __oc_x):\n        {loop.target.id} = __oc_x\n"
+           f"    def __oc_step(__oc_carry, __oc_x):\n        {ast.unparse(loop.target)} = __oc_x\n"
            f"        ({carries}) = __oc_carry\n        pass\n        return ({carries}), ({outs})\n"
            f"    return __oc_step\n")
     make = ast.parse(src).body[0]
@@ -286,11 +353,11 @@ def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef
 def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], by_index: bool):
     """The loop body compiled as a step function with the body's own line numbers (a warning or error in a
     step names the model's line), in the model's module globals."""
-    stored = {n.id for n in _names(loop.body, ast.Store)} | {loop.target.id}
+    stored = {n.id for n in _names(loop.body, ast.Store)} | set(_targets(loop))
     free = sorted(({n.id for n in _names(loop.body, ast.Load)} & set(local)) - stored)
     make = _AugmentedCarry(plan.carries).visit(_step_source(loop, plan, free))
-    if by_index:
-        make = _TakeStep(loop.target.id).visit(make)
+    if plan.index is not None:
+        make = _TakeStep(plan.index).visit(make)
     ast.fix_missing_locations(make)
     made: Dict[str, object] = {}
     exec(compile(ast.Module([make], []), frame.f_code.co_filename, "exec"), frame.f_globals, made)
@@ -322,8 +389,8 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     if loop is None:
         raise NotLiftable("its source is not a 'for' statement on that line")
     local = dict(frame.f_locals)
-    plan = _plan(_function_ast(frame.f_code), loop, local)
-    if not plan.lists and not plan.carries:
+    plan = _plan(_function_ast(frame.f_code), loop, local, by_index)
+    if not plan.lists and not plan.carries and not plan.stores:
         raise NotLiftable("its body neither carries a tensor nor appends a step's output")
     step = _step_function(loop, plan, frame, local, by_index)
     from torch._higher_order_ops.scan import scan
@@ -349,25 +416,54 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
                           f"{str(error).strip().splitlines()[0][:300] if str(error).strip() else ''})") from error
     _write_back(frame, dict(zip(plan.carries, final)))
     site = f"{frame.f_code.co_filename}:{loop.lineno}"
+    ys = [y if gate is None else y[:gate.count] for y in ys]
     for name, y in zip(plan.lists, ys):
-        local[name].append(StackedSteps(y if gate is None else y[:gate.count], site))
+        local[name].append(StackedSteps(y, site))
+    steps = gate.indices[:gate.count] if gate is not None else xs[0] if isinstance(xs, tuple) else xs
+    for stmt, y in zip(plan.stores, ys[len(plan.lists):]):
+        _store_steps(frame, stmt, plan.index, steps, y)
+
+
+def _store_steps(frame, stmt: ast.Assign, index: str, steps: torch.Tensor, y: torch.Tensor) -> None:
+    """``buf[..., t + k, ...] = v`` for every step at once: ``buf[..., steps + k, ...] = y`` with the step dim
+    of ``y`` moved where the index's dim is left (int parts before it select, slices keep theirs)."""
+    target = copy.deepcopy(stmt.targets[0])
+    parts = list(target.slice.elts) if isinstance(target.slice, ast.Tuple) else [target.slice]
+    at = next(k for k, p in enumerate(parts) if _step_offset(p, index) is not None)
+    parts[at] = _Renamed(index, "__oc_idx").visit(parts[at])
+    target.slice = ast.Tuple(parts, ast.Load()) if len(parts) > 1 else parts[0]
+    put = ast.fix_missing_locations(ast.Module([ast.copy_location(
+        ast.Assign([target], ast.Name("__oc_v", ast.Load())), stmt)], []))
+    kept = sum(isinstance(p, ast.Slice) for p in parts[:at])
+    env = dict(frame.f_locals, __oc_idx=steps, __oc_v=y.movedim(0, kept))
+    exec(compile(put, frame.f_code.co_filename, "exec"), frame.f_globals, env)
+
+
+class _Renamed(ast.NodeTransformer):
+    def __init__(self, old: str, new: str):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
 
 
 _REORDERING = ("reversed", "list", "tuple", "sorted", "enumerate", "zip", "iter", "map", "filter")
 
 
-def check_unbound(loop: Optional[ast.For], via_iter: bool) -> None:
+def check_unbound(loop: Optional[ast.For], via_iter: bool) -> bool:
     """The loop steps through the unbound tensor itself, in order: ``for x_t in x.unbind(d)`` (or
-    ``torch.unbind``), or a tensor iterated as it is (``for row in x``, ``for row in self.f(x)``). A Python
-    sequence made of it first (``reversed(x.unbind(1))``, ``x.unbind(1)[::-1]``, ``list(x)``) may reorder it."""
+    ``torch.unbind``), or a tensor iterated as it is (``for row in x``, ``for row in self.f(x)``), possibly
+    numbered by ``enumerate()`` without a start (True: the steps come with their index). A Python sequence
+    made of it first (``reversed(x.unbind(1))``, ``x.unbind(1)[::-1]``, ``list(x)``) may reorder it."""
     if loop is None:
         raise NotLiftable("its source is not a 'for' statement on that line")
-    it = loop.iter
+    enumerated = _enumerated(loop)
+    it = loop.iter.args[0] if enumerated else loop.iter
     if isinstance(it, ast.Call) and (isinstance(it.func, ast.Attribute) and it.func.attr == "unbind"):
-        return
+        return enumerated
     if via_iter and (isinstance(it, (ast.Name, ast.Attribute)) or isinstance(it, ast.Call) and not (
             isinstance(it.func, ast.Name) and it.func.id in _REORDERING)):
-        return
+        return enumerated
     raise NotLiftable(f"its iterable {ast.unparse(it)} is not the unbound tensor "
                       f"itself (x.unbind(d), or the tensor iterated as it is)")
 

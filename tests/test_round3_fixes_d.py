@@ -1,0 +1,147 @@
+"""Issue #47 round three, recurrent loops that store each step at its index (``tests/pattern_models_round3g.py``).
+
+xlstm's vanilla sLSTM backend steps ``for i, Wx_t in enumerate(x.unbind(dim=0))`` and writes ``g[i] = gates``,
+``states_all[:, i + 1] = states`` into buffers made before the loop; sru's naive CPU path writes
+``h[t, :, di, :] = h_t`` inside ``for t in range(L)``. The scan lift refused both ("its loop variable is not a
+single name", "its body stores into ..."). A store at the step's index into a tensor the loop does not read is
+now a step output written once after the scan, and ``enumerate()`` of the steps gives the step its index. Checked
+under dynamo against the unpatched eager model at T=1, the example's length and 4x it (B=1 included); the lift
+runs in eager against the Python loop itself; TorchScript still unrolls and names the loop's line.
+"""
+import ast
+import sys
+
+import pytest
+import torch
+
+import onnx_compat
+from onnx_compat.errors import ExportError, NotLiftable
+from onnx_compat.patches import scan_loops
+from onnx_compat.testing import PatchCase, patch_case_tests
+
+from pattern_models_round3g import RecurrentStores, StoredStepsCell
+
+SIZES = ((1, 1), (3, 9), (1, 36), (2, 36))  # T=1, the example's length at other batches, 4x the example
+
+
+def _inputs(B, T, seed):
+    return (torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _scans(proto, exporter):
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Scan") + ops.count("Loop") == 3, f"the three loops should be graph loops: {ops}"
+
+
+STORES = PatchCase("recurrent_stores", RecurrentStores, _inputs, {0: {0: "batch", 1: "time"}},
+                   sizes=SIZES, example=(2, 9), exporters=("dynamo",), graph=_scans, atol=1e-5, rtol=1e-4)
+test_stores_at_the_step_index_export_as_scans, _ = patch_case_tests([STORES])
+
+
+def test_torchscript_names_the_enumerated_loop(tmp_path):
+    """TorchScript unrolls the loop at the example's 9 steps; the failed verification names its line."""
+    from onnx_compat import Dim, TensorSpec
+    b, t = Dim("batch"), Dim("time")
+    with pytest.raises(ExportError) as raised:
+        onnx_compat.export(StoredStepsCell().eval(), str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
+                           [TensorSpec("all", [b, t, 2, 8]), TensorSpec("last", [b, 8]),
+                            TensorSpec("g", [b, 2, t, 8])], exporter="torchscript")
+    line = next(n.lineno for n in ast.walk(ast.parse(open(sys.modules[StoredStepsCell.__module__].__file__).read()))
+                if isinstance(n, ast.For) and "enumerate" in ast.unparse(n.iter))
+    assert f"pattern_models_round3g.py:{line}" in str(raised.value), str(raised.value)[-1500:]
+
+
+# --- the lift in eager: the same numbers as the Python loop ----------------------------------------------
+
+class Lifter:
+    @staticmethod
+    def unbind(x, dim):
+        frame = sys._getframe(1)
+        loop = scan_loops.loop_at(frame)
+        xs = x.movedim(dim, 0)
+        enumerated = scan_loops.check_unbound(loop, False)
+        scan_loops.lift(frame, loop, (torch.arange(x.shape[dim]), xs) if enumerated else xs)
+        return ()
+
+    @staticmethod
+    def size(x, dim):
+        frame = sys._getframe(1)
+        loop = scan_loops.loop_at(frame)
+        scan_loops.lift(frame, loop, scan_loops.scanned_range(loop, x.shape[dim]), by_index=True)
+        return 0
+
+
+class Plain:
+    unbind = staticmethod(lambda x, dim: x.unbind(dim))
+    size = staticmethod(lambda x, dim: x.shape[dim])
+
+
+def shifted_store(x, u):
+    out = torch.zeros(x.shape[0], x.shape[1] + 2, 3)
+    h = x[:, 0] * 0
+    for t in range(u.size(x, 1)):
+        h = torch.tanh(h + x[:, t])
+        out[:, t + 2, 1:] = h[:, :2]
+    return out, h
+
+
+def enumerated_store(x, u):
+    acc, kept = x[0] * 0, torch.ones(x.shape[0] + 1, 2, x.shape[1], x.shape[2])
+    for i, x_t in enumerate(u.unbind(x, 0)):
+        acc = acc * 0.5 + x_t
+        kept[i + 1, 1] = acc * x[i]
+    return kept, acc
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7])
+def test_stores_at_the_step_index_compute_what_the_python_loop_computes(steps):
+    """Stores at ``t + 2`` after slices, a sliced value dim, an int part after the index, and ``x[i]`` read by
+    enumerate()'s index: the scan's outputs written after it are the loop's stores."""
+    x = torch.randn(steps, 4, 3, generator=torch.Generator().manual_seed(steps))
+    for fn, arg in ((shifted_store, x.transpose(0, 1)), (enumerated_store, x)):
+        for want, got in zip(fn(arg, Plain), fn(arg, Lifter)):
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6), (fn.__name__, steps)
+
+
+def store_read_in_the_loop(x, u):
+    out = torch.zeros(x.shape[0], x.shape[1])
+    for t in range(u.size(x, 1)):
+        out[:, t] = x[:, t] + out.sum(1)
+    return out
+
+
+def store_at_a_step_set_index(x, u):
+    out, h = torch.zeros(x.shape[0], x.shape[1]), x[:, 0] * 0
+    for t in range(u.size(x, 1)):
+        k = t
+        h = h + x[:, t]
+        out[:, k] = h
+    return out
+
+
+@pytest.mark.parametrize("fn,why", [(store_read_in_the_loop, r"stores into out\[:, t\]"),
+                                    (store_at_a_step_set_index, r"stores into out\[:, k\]")])
+def test_a_store_the_scan_cannot_write_after_it_is_refused(fn, why):
+    """A buffer the body also reads would need each step's earlier stores (a carry), and an index other than
+    the step's own is not known to be one slot a step."""
+    with pytest.raises(NotLiftable, match=why):
+        fn(torch.randn(2, 5), Lifter)
+
+
+def stacked_into_its_own_name(x, u):
+    h, hs = x[:, 0] * 0, []
+    for t in range(0, u.size(x, 1)):
+        h = x[:, t] * h + x[:, t]
+        hs.append(h)
+    hs = torch.stack(hs, dim=1)
+    return hs * 2
+
+
+@pytest.mark.parametrize("steps", [1, 6])
+def test_a_list_stacked_into_its_own_name_is_read_as_the_stack(steps):
+    """mambapy's sequential selective scan (``mamba.py:317-323``): ``hs = torch.stack(hs, dim=1)`` and then
+    ``hs`` read as a tensor; the lift refused the read ("the list 'hs' is used at line ... other than as
+    torch.stack")."""
+    x = torch.randn(3, steps, 4, generator=torch.Generator().manual_seed(steps))
+    want, got = stacked_into_its_own_name(x, Plain), stacked_into_its_own_name(x, Lifter)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
