@@ -80,6 +80,8 @@ def traced_size(obj) -> bool:
     """A 0-d integer tensor the TorchScript tracer made from sizes (``x.shape[1]``, ``x.shape[1] // 4``)."""
     if not isinstance(obj, torch.Tensor) or obj.dim() != 0 or obj.is_floating_point() or obj.is_complex():
         return False
+    if not torch._C._is_tracing():  # _get_value_trace outside a TorchScript trace crashes the process (dynamo)
+        return False
     try:
         value = torch._C._get_value_trace(obj)
     except RuntimeError:  # not traced (a tensor from outside the trace)
