@@ -145,3 +145,30 @@ def test_a_list_stacked_into_its_own_name_is_read_as_the_stack(steps):
     x = torch.randn(3, steps, 4, generator=torch.Generator().manual_seed(steps))
     want, got = stacked_into_its_own_name(x, Plain), stacked_into_its_own_name(x, Lifter)
     assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
+
+
+def _stabilised(x_t, n):
+    if torch.all(n == 0.0):
+        m = x_t
+    else:
+        m = torch.maximum(x_t, n)
+    return n + torch.tanh(m)
+
+
+def value_branch_in_the_cell(x, u):
+    n = x[0] * 0
+    for x_t in u.unbind(x, 0):
+        n = _stabilised(x_t, n)
+    return n
+
+
+def test_a_value_branch_in_the_step_is_refused_at_its_line_with_the_branchless_form():
+    """xlstm's sLSTM cell (``slstm.py:25``): ``if torch.all(n == 0.0)`` picks the first step's stabiliser. A
+    scan step cannot branch on a value; the refusal names the branch's line (torch said only "Got graph
+    break/error:") and the ``torch.where`` form a step can hold."""
+    line = _stabilised.__code__.co_firstlineno + 1
+    with pytest.raises(NotLiftable) as raised:
+        value_branch_in_the_cell(torch.randn(4, 2, 3), Lifter)
+    text = str(raised.value)
+    assert f"Data-dependent branching at {__file__}:{line} (if torch.all(n == 0.0):)" in text, text
+    assert "torch.where(cond, a, b)" in text, text

@@ -30,6 +30,7 @@ import copy
 import ctypes
 import functools
 import inspect
+import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -412,8 +413,7 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     except (UnsupportedPattern, NotLiftable):
         raise
     except Exception as error:  # the body could not be traced as a step: refused, naming why
-        raise NotLiftable(f"its body does not trace as a scan step ({type(error).__name__}: "
-                          f"{str(error).strip().splitlines()[0][:300] if str(error).strip() else ''})") from error
+        raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)})") from error
     _write_back(frame, dict(zip(plan.carries, final)))
     site = f"{frame.f_code.co_filename}:{loop.lineno}"
     ys = [y if gate is None else y[:gate.count] for y in ys]
@@ -422,6 +422,30 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     steps = gate.indices[:gate.count] if gate is not None else xs[0] if isinstance(xs, tuple) else xs
     for stmt, y in zip(plan.stores, ys[len(plan.lists):]):
         _store_steps(frame, stmt, plan.index, steps, y)
+
+
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)')
+
+
+def _step_failure(error: Exception) -> str:
+    """Why the step did not trace, said at the model's line: a graph break (``UncapturedHigherOrderOpError``)
+    names its kind on the line after "Got graph break/error:" and its place last under "from user code:"; a
+    branch on a tensor's value (xlstm's ``if torch.all(n == 0.0): m = i else: m = max(i, f)``) gets the
+    branchless form that a scan step can hold."""
+    text = str(error).strip()
+    first = text.splitlines()[0][:300] if text else ""
+    if "Got graph break/error:" not in text:
+        return f"{type(error).__name__}: {first}"
+    kind = next((line.strip() for line in text.split("Got graph break/error:", 1)[1].splitlines() if line.strip()),
+                "a graph break")
+    frames = _USER_FRAME.findall(text.split("from user code:", 1)[-1])
+    where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][2].strip()})" if frames else ""
+    said = f"{kind}{where}"
+    if "data-dependent branching" in kind.lower():
+        said += (": a step cannot branch on a tensor's value; compute both sides and choose with "
+                 "torch.where(cond, a, b) (e.g. m = torch.where(torch.all(n == 0), i, torch.maximum(i, f))), "
+                 "or use torch.cond")
+    return said
 
 
 def _store_steps(frame, stmt: ast.Assign, index: str, steps: torch.Tensor, y: torch.Tensor) -> None:
