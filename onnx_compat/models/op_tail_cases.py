@@ -29,6 +29,9 @@ class Pointwise(nn.Module):
             return (x > 0).cumsum(1).to(x.dtype) * x + torch.cumsum(x < -1, dim=2)
         if self.op == "diff":  # position ids from masks, as transformers' masking utilities compute them
             return torch.diff(x, dim=1, prepend=x[:, :1]) + x.diff(n=2, dim=2, append=x[:, :, :2])
+        if self.op == "logcumsumexp":  # minGRU's log-space scan: a prefix far below the running maximum
+            log_a = torch.cumsum(-F.softplus(x), dim=1)
+            return torch.exp(log_a + torch.logcumsumexp(x - log_a, dim=1)) + x.logcumsumexp(2)
         if self.op == "adaptive_avg":
             return F.adaptive_avg_pool1d(x.transpose(1, 2), 5).transpose(1, 2)
         if self.op == "adaptive_max":
@@ -136,6 +139,8 @@ CASES = [
     _case("unfold", lambda: Pointwise("unfold"), {"torchscript": "input size not accessible"}),
     _case("cumsum_bool", lambda: Pointwise("cumsum_bool"), {"torchscript": "tensor(bool)"}),
     _case("diff", lambda: Pointwise("diff"), {"torchscript": "aten::diff"}),
+    _case("logcumsumexp", lambda: Pointwise("logcumsumexp"), {"torchscript": "aten::logcumsumexp"},
+          exporters=("torchscript",)),  # dynamo writes it
     # TorchScript's Div truncates negative quotients; dynamo's floor_divide translation takes no number first
     _case("floor_divide", FloorDivision, {"torchscript": "mismatch", "dynamo": "aten_floor_divide"}),
     _case("rms_norm", lambda: Norms("rms_norm"), {"torchscript": "aten::rms_norm"}, skip=_no_rms_norm),

@@ -23,7 +23,14 @@ Each failure measured on torch 2.13.
     ``append`` concatenated, then ``n`` times ``x[1:] - x[:-1]`` along ``dim``,
     as slices that keep a dynamic length.
 
-The dynamo exporter writes the last three right, so they act under TorchScript only.
+``logcumsumexp``
+    ``torch.logcumsumexp`` ("Exporting the operator 'aten::logcumsumexp' ...
+    is not supported"; minGRU/minLSTM's log-space parallel scan): the maximum
+    along ``dim`` subtracted, ``log(cumsum(exp(x - max))) + max`` in float64, so
+    a prefix far below the maximum (log-space scans grow along time) does not
+    underflow to ``-inf`` while the values along ``dim`` span less than ~700.
+
+The dynamo exporter writes the last four right, so they act under TorchScript only.
 """
 from __future__ import annotations
 
@@ -103,6 +110,22 @@ def _diff(wrapped, instance, args, kwargs):
     return diff(b["input"], b["n"], b["dim"], b["prepend"], b["append"])
 
 
+def logcumsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """``torch.logcumsumexp`` as Exp, CumSum and Log, shifted by the maximum along ``dim`` (a -inf or inf
+    maximum shifts by 0, so -inf rows stay -inf and inf propagates as in eager)."""
+    wide = x.to(torch.float64)
+    top = wide.amax(dim, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    return (torch.log(torch.cumsum(torch.exp(wide - top), dim)) + top).to(x.dtype)
+
+
+def _logcumsumexp(wrapped, instance, args, kwargs):
+    b = tensor_call(instance, args, kwargs, ("input", "dim"))
+    if b is None or not isinstance(b["dim"], int) or not b["input"].is_floating_point() or b["input"].dim() == 0:
+        return wrapped(*args, **kwargs)  # PyTorch's own error (a named dim, out=, an integer tensor)
+    return logcumsumexp(b["input"], b["dim"])
+
+
 def _integral(value) -> bool:
     if isinstance(value, torch.Tensor):
         return not (value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool)
@@ -166,6 +189,15 @@ register(Patch(
                 "prepend and append)",
     targets=("torch:diff", "torch:Tensor.diff"),
     wrapper=_diff,
+    when="torchscript",
+))
+
+register(Patch(
+    name="logcumsumexp",
+    description="torch.logcumsumexp / Tensor.logcumsumexp export under TorchScript (shifted Exp, CumSum, Log in "
+                "float64: minGRU's log-space scan)",
+    targets=("torch:logcumsumexp", "torch:Tensor.logcumsumexp"),
+    wrapper=_logcumsumexp,
     when="torchscript",
 ))
 
