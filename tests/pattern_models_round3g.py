@@ -30,8 +30,9 @@ class StoredStepsCell(nn.Module):
         g = x.new_zeros(T + 1, 2, B, D)
         states_all = x.new_zeros(2, T + 1, B, D)
         states_all[:, 0] = states
+        R = self.rec.weight  # the recurrent weight a local, as xlstm passes R to its backend
         for i, x_t in enumerate(x.unbind(dim=0)):
-            raw = x_t + self.rec(states[0])
+            raw = x_t + states[0] @ R.t()
             gates = torch.stack((torch.sigmoid(raw[:, :D]), torch.tanh(raw[:, D:])))
             states = torch.stack((gates[0] * gates[1] + states[1] * 0.5, states[1] + gates[1]))
             g[i] = gates

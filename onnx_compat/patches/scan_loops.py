@@ -362,7 +362,11 @@ def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], 
     ast.fix_missing_locations(make)
     made: Dict[str, object] = {}
     exec(compile(ast.Module([make], []), frame.f_code.co_filename, "exec"), frame.f_globals, made)
-    return made["__oc_make"](_take, _same, *(local[f] for f in free))
+    # tensors the step reads detached, as its carries are (lift): a closure that needs grad has the export keep
+    # scan's autograd form, whose re-run by torch.onnx's type promotion stacks a SymInt ("'SymInt' object has no
+    # attribute 'unsqueeze'", mambapy's deltaA[:, t] under export()'s autograd); an export needs no gradient
+    return made["__oc_make"](_take, _same, *(local[f].detach() if isinstance(local[f], torch.Tensor) else local[f]
+                                             for f in free))
 
 
 def _fresh(values) -> Tuple[torch.Tensor, ...]:
@@ -408,8 +412,9 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
 
     try:  # the state detached: a carry that needs grad has the export trace scan's autograd form, which leaves
         # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
-        final, ys = scan(combine, tuple(local[c].detach() for c in plan.carries),
-                         xs if gate is None else (gate.indices, gate.valid))
+        steps_in = (gate.indices, gate.valid) if gate is not None else tuple(x.detach() for x in xs) \
+            if isinstance(xs, tuple) else xs.detach()  # detached as the carries and closures (_step_function)
+        final, ys = scan(combine, tuple(local[c].detach() for c in plan.carries), steps_in)
     except (UnsupportedPattern, NotLiftable):
         raise
     except Exception as error:  # the body could not be traced as a step: refused, naming why
