@@ -36,8 +36,10 @@ def _name(func) -> str:
 
 
 def unsupported(call: str, why: str) -> SpectralError:
-    return SpectralError(f"{call}: {why}. While exporting, complex tensors travel as real/imaginary pairs "
-                         f"(onnx_compat's spectral patches); this call has no such form")
+    from onnx_compat.patches import complex_linalg  # the model's line, and complex linear algebra further on
+    return SpectralError(f"{complex_linalg.model_site()}{call}: {why}. While exporting, complex tensors travel "
+                         f"as real/imaginary pairs (onnx_compat's spectral patches); this call has no such form"
+                         f"{complex_linalg.further_on()}")
 
 
 class ComplexPair:

@@ -82,7 +82,8 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
     export again). When all fail, the error names each exporter's first cause (``first_cause.py``)."""
     culprits, errors = [], {}
     for strategy in request.strategies:
-        if not strategy.patches and _nothing_to_set_aside(strategy, report.attempts):
+        if not strategy.patches and (_nothing_to_set_aside(strategy, report.attempts)
+                                     or refused_on_purpose(strategy, report.attempts, errors)):
             continue
         t0, record = time.perf_counter(), Attempt(strategy.name, False, strategy=strategy.label,
                                                   patched=strategy.patches)
@@ -100,6 +101,15 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
         return used
     error, head = stages.no_graph(request, report.attempts, culprits)
     raise error from errors.get(id(head))
+
+
+def refused_on_purpose(strategy, attempts, errors) -> bool:
+    """dynamo's patched attempt ended in a deliberate refusal (``UnsupportedPattern``: a size made a Python
+    number, a loop over a dim): the plain export freezes that size, and learns it slowest (torch.onnx's strict
+    retry of mambapy's log2(T) scan ran past 240 s, ``patches/strict_retry.py``), so it is not run."""
+    from onnx_compat.patches.strict_retry import refusal_in
+    patched = next((a for a in attempts if a.exporter == strategy.name and a.patched), None)
+    return strategy.name == "dynamo" and patched is not None and refusal_in(errors.get(id(patched))) is not None
 
 
 def _nothing_to_set_aside(strategy, attempts) -> bool:

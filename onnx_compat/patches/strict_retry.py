@@ -1,0 +1,70 @@
+"""A deliberate refusal ends the dynamo capture: torch.onnx's strict retry of the same model is not run.
+
+``torch.onnx.export(dynamo=True)`` captures with ``torch.export(strict=False)`` and, when that raises, tries
+again with ``strict=True`` (dynamo's bytecode tracer). A patch that refuses a model on purpose
+(``UnsupportedPattern``: a Python loop over a dynamic size, ``math.log2(T)`` freezing a trip count) raises
+in the first attempt, naming the model's line; the strict attempt then traces the whole model again
+without the patches' view of it, and reaches the same dead end later and slower, or never: a log2(T)
+parallel scan (mambapy's ``pscan.py``: ``2 ** ceil(log2(T))`` padding, then a loop of halving views)
+keeps ``L`` symbolic there and builds nested ``L//2//2...`` view checks whose simplification ran over
+300 s (sweep round three), where the refusal had come after seconds. A small model of the same shape took
+31 s with the retry, against 2-3 s to the refusal without it.
+
+While patched, a refusal raised by the non-strict attempt is raised again in place of the strict attempt;
+torch.onnx then reports it as the capture's error, as before, only without the retry's time.
+"""
+from __future__ import annotations
+
+import threading
+
+from onnx_compat.errors import UnsupportedPattern
+from onnx_compat.patches.patch import idle
+from onnx_compat.patches.registry import Patch, register
+
+_NAME = "refusals_end_capture"
+_STRATEGIES = "torch.onnx._internal.exporter._capture_strategies"
+_NON_STRICT = f"{_STRATEGIES}:TorchExportNonStrictStrategy._capture"
+_STRICT = f"{_STRATEGIES}:TorchExportStrictStrategy._capture"
+_last = threading.local()  # the refusal of this thread's last non-strict capture, or None
+
+
+def refusal_in(exc: BaseException):
+    """``exc`` or the exception it was raised from, when that is a deliberate refusal; else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UnsupportedPattern):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _capture(wrapped, instance, args, kwargs):
+    strict = type(instance).__name__ == "TorchExportStrictStrategy"
+    if strict:
+        refusal, _last.refusal = getattr(_last, "refusal", None), None
+        if refusal is not None:
+            raise refusal
+        idle(_NAME)
+        return wrapped(*args, **kwargs)
+    _last.refusal = None
+    idle(_NAME)
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception as exc:
+        _last.refusal = refusal_in(exc)
+        raise
+
+
+register(Patch(
+    name=_NAME,
+    description="a deliberate refusal (UnsupportedPattern) raised in torch.onnx's non-strict capture is the "
+                "capture's error: the strict retry, which re-traces the model without the patches (over 300 s "
+                "on a log2(T) parallel scan), is not run",
+    targets=(_NON_STRICT, _STRICT),
+    on_import=(_NON_STRICT, _STRICT),  # torch.onnx's exporter modules are not loaded by a TorchScript export
+    wrapper=_capture,
+    when="always",  # the strategies run before torch.export says it is exporting; installed only while patched
+    aliases=False,
+    min_torch="2.6",
+))
