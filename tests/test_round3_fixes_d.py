@@ -174,3 +174,10 @@ def test_a_value_branch_in_the_step_is_refused_at_its_line_with_the_branchless_f
     text = str(raised.value)
     assert f"Data-dependent branching at {__file__}:{line} (if torch.all(n == 0.0):)" in text, text
     assert "torch.where(cond, a, b)" in text, text
+
+
+def test_a_range_taken_off_the_for_line_is_refused_saying_so():
+    """sru's ``time_seq = range(length) if di == 0 else range(length - 1, -1, -1)`` (``ops.py:206``), iterated by
+    a later ``for t in time_seq``: the refusal said "its iterable is not range(size)", of a loop it never found."""
+    with pytest.raises(NotLiftable, match=r"range\(\) is not taken on a 'for' line: a range bound to a name first"):
+        scan_loops.scanned_range(None, 37)

@@ -500,7 +500,10 @@ def check_unbound(loop: Optional[ast.For], via_iter: bool) -> bool:
 def scanned_range(loop: Optional[ast.For], size) -> torch.Tensor:
     """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step);
     ``range(start, size)`` with a constant start (a forward algorithm's ``range(1, T)``): start..size-1."""
-    it = None if loop is None else loop.iter
+    if loop is None:  # sru's naive path: time_seq = range(length) if di == 0 else ..., then for t in time_seq
+        raise NotLiftable("range() is not taken on a 'for' line: a range bound to a name first (seq = range(n); "
+                          "for t in seq) is not lifted; write range(n) in the for statement")
+    it = loop.iter
     if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
         raise NotLiftable("its iterable is not range(size) or range(start, size) with a constant start")
     start = it.args[0] if len(it.args) == 2 else None
