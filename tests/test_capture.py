@@ -47,9 +47,11 @@ def test_a_patch_that_breaks_a_model_the_plain_export_verifies_is_set_aside(tmp_
     assert [(a.label, a.ok) for a in report.attempts] == [
         ("torchscript", False), ("dynamo", False), ("torchscript without the patches", False),
         ("dynamo without the patches", True)], report.summary()
-    assert all("SpectralError: Tensor.mT" in a.error for a in report.attempts[:2]), report.summary()
+    assert all(f"SpectralError: {__file__}:" in a.error and "Tensor.mT: " in a.error
+               for a in report.attempts[:2]), report.summary()
     assert report.exporter == "dynamo" and report.strategy == "dynamo without the patches" and not report.patched
-    assert "the patches were set aside (with them dynamo failed: SpectralError: Tensor.mT" in report.why, report.why
+    assert "the patches were set aside (with them dynamo failed: SpectralError: " in report.why, report.why
+    assert "Tensor.mT: " in report.why, report.why
     assert report.summary().startswith("exporter    dynamo without the patches (")
     checks = onnx_compat.verify(path, model, inputs, outputs,
                                 sizes=[{"batch": 1, "time": 333}, {"batch": 3, "time": 901}])
@@ -65,7 +67,8 @@ def test_when_both_fail_the_error_names_the_patched_first_cause_and_lists_the_pl
         onnx_compat.export(ComplexSpectrum(torch.square).eval(), str(path), [TensorSpec("x", (B, T))],
                            [TensorSpec("y", (B, 33, Dim("frames")))], exporter="torchscript")
     message = str(failed.value)
-    assert message.startswith("torchscript export failed: SpectralError: torch square"), message
+    assert message.startswith(f"torchscript export failed: SpectralError: {__file__}:"), message
+    assert "torch square: " in message.splitlines()[0], message
     assert "\nalso tried: torchscript without the patches: " in message and "STFT" in message, message
     assert [(a.label, a.stage, a.in_patches) for a in failed.value.attempts] == [
         ("torchscript", "capture", None), ("torchscript without the patches", "capture", None)]

@@ -1,5 +1,7 @@
 """Cleanup keeps numbers and dims, folds the pad subgraph, and refuses to change a model."""
 
+import operator
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -72,8 +74,8 @@ def test_a_cleanup_that_changes_the_model_is_an_error(bad, match, hard, tmp_path
 
 
 class _BakedBatch(torch.nn.Module):
-    def forward(self, x):  # [B, 4, T]; the trace freezes B into the Reshape
-        return x.reshape(int(x.shape[0]), -1) * 2
+    def forward(self, x):  # [B, 4, T]; the trace freezes B into the Reshape (int() of it is kept, index() not)
+        return x.reshape(operator.index(x.shape[0]), -1) * 2
 
 
 def test_a_dim_the_export_froze_is_not_blamed_on_the_cleanup(tmp_path):

@@ -1,6 +1,8 @@
 """diagnose() names the module at fault (issue #14, items 4-5): wrong numbers in one layer, a size baked in
 one submodule, an unsupported op three modules down; under both exporters, on small models written here
 and on a third-party model with a fault injected by a test-only patch. The model is left as it was."""
+import operator
+
 import pytest
 import torch
 from torch import nn
@@ -34,10 +36,10 @@ class Scaled(Leaf):
 
 
 class Baked(nn.Module):
-    """A size read as a Python int: a constant in the graph."""
+    """A size read as a Python int (``operator.index``; ``int()`` of a size is kept in the graph): a constant."""
 
     def forward(self, x):
-        t = int(x.shape[1])
+        t = operator.index(x.shape[1])
         return x + torch.arange(t, dtype=x.dtype)[None, :, None] * 0.01
 
 

@@ -1,5 +1,6 @@
 """The export pipeline: both exporters and auto, verification, safety, clear errors."""
 import json
+import math
 import os
 
 import onnx
@@ -164,7 +165,9 @@ def test_torchscript_export_keeps_every_training_flag_and_parameter(tmp_path):
 
 class Baked(nn.Module):
     def forward(self, data, lengths):
-        scale = float(data.shape[-1]) ** -0.5     # a baked constant, harmless here (F is static)
+        # a baked constant, harmless here (F is static); float() of a traced size is kept in the graph, a math
+        # function's argument is not
+        scale = 1.0 / math.sqrt(data.shape[-1])
         return data * scale * mask_of(data, lengths)[..., None]
 
 

@@ -7,6 +7,7 @@ model's draws from a seed (the same generator calls the model makes, in its orde
 graph's random nodes turned into inputs, and compare ONNX Runtime with the unpatched eager model at sizes
 the export never saw, B=1 too.
 """
+import operator
 import os
 
 import numpy as np
@@ -297,14 +298,14 @@ def test_auto_exports_a_drawing_model_and_public_verify_takes_its_draws(tmp_path
 
 
 class FrozenNoise(nn.Module):
-    """The draw's shape read as Python ints: TorchScript freezes the example's shape into its random node."""
+    """The draw's shape read as Python ints (``operator.index``; ``int()`` of a size is kept in the graph): TorchScript freezes the example's shape into its random node."""
 
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv1d(4, 2, 3, padding=1)
 
     def forward(self, c):
-        return self.conv(torch.randn(int(c.shape[0]), 4, int(c.shape[2]))) + c
+        return self.conv(torch.randn(operator.index(c.shape[0]), 4, operator.index(c.shape[2]))) + c
 
 
 def test_a_draw_frozen_at_the_example_shape_is_refused_naming_the_draw(tmp_path):

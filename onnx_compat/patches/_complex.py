@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from onnx_compat.errors import SpectralError
+from onnx_compat.patches import complex_sites
 
 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128, torch.float16: torch.complex32}
@@ -36,10 +37,9 @@ def _name(func) -> str:
 
 
 def unsupported(call: str, why: str) -> SpectralError:
-    from onnx_compat.patches import complex_linalg  # the model's line, and complex linear algebra further on
-    return SpectralError(f"{complex_linalg.model_site()}{call}: {why}. While exporting, complex tensors travel "
+    return SpectralError(f"{complex_sites.model_site()}{call}: {why}. While exporting, complex tensors travel "
                          f"as real/imaginary pairs (onnx_compat's spectral patches); this call has no such form"
-                         f"{complex_linalg.further_on()}")
+                         f"{complex_sites.further_on()}")
 
 
 class ComplexPair:
