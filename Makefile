@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-fuzz test-torch20 test-matrix test-runtimes runtimes native bench bench-all clean
+.PHONY: demo test test-facts test-fast test-fuzz test-torch20 test-matrix test-runtimes runtimes native bench bench-all clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ FAST := tests/test_padding.py tests/test_registry.py tests/test_spec.py tests/te
 FRESH := does_not_load_the_dynamo_exporter or seeds_do_not_depend_on_the_process or never_shadows_a_public_function
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -q $(FAST) -k "not ($(FRESH))"
+
+# What unpatched torch's dynamo exporter does with each model whose failure a patch answers (the dynamo rows of
+# test_vanilla_* and *_fails_as_recorded, marker torch_facts; tests/conftest.py): facts of the pinned torch,
+# run here and by test-matrix, not by `make test` (not in CI; ~3 min of dynamo exports).
+test-facts: $(STAMP)
+	$(PY) -m pytest -n 2 -q -m torch_facts tests
 
 # The larger property-based run of the conv patch (not in CI).
 test-fuzz: $(STAMP)

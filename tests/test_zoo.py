@@ -128,9 +128,11 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
         assert ("feature-scorer" in rasr.roles()) == ("Conformer" not in name)  # 4x subsampling: encoder only
 
 
-@pytest.mark.parametrize("name", list(ZOO))
+@pytest.mark.parametrize("name", [n for n in ZOO if EXPECTED[n][2] != "torchscript"])
 def test_onnx_compat_torchscript_exports_and_verifies(name, tmp_path):
-    """The other exporter, with its default cleanup: every zoo model works there too."""
+    """The other exporter, with its default cleanup: the models auto answers with dynamo (or times both) work
+    with TorchScript too. Where auto's answer is TorchScript, test_onnx_compat_exports_and_verifies has just
+    verified that export (its first attempt); exporting it again here cost 14 s of the suite."""
     job = _job(name)
     if name in TORCHSCRIPT_LIMITS:
         with pytest.raises(ExportError, match=TORCHSCRIPT_LIMITS[name]):
