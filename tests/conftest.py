@@ -50,7 +50,8 @@ def records_plain_dynamo(item) -> bool:
     exporter "dynamo"): a fact of the pinned torch that only a new torch can change, at ~2-30 s of dynamo
     export each (the zoo's whole models most). ``make test-facts`` and ``make test-matrix`` run them; ``make
     test`` does not (issue #45's 8 minutes: 363 s of the suite's 1,622 s of test time were these rows). The
-    TorchScript rows cost 0.1 s and stay; the patched exports they stand beside stay with both exporters."""
+    TorchScript rows cost 0.1 s and stay; the patched exports they stand beside stay with both exporters. (test_patterns' never-fewer check under dynamo,
+    which exports plainly too, carries the marker itself.)"""
     name = getattr(item, "originalname", item.name)
     params = getattr(getattr(item, "callspec", None), "params", {})
     return (name.startswith("test_vanilla_") or name.endswith("_fails_as_recorded")) and params.get("exporter") == "dynamo"

@@ -132,7 +132,7 @@ def test_onnx_compat_exports_and_verifies(name, tmp_path):
 def test_onnx_compat_torchscript_exports_and_verifies(name, tmp_path):
     """The other exporter, with its default cleanup: the models auto answers with dynamo (or times both) work
     with TorchScript too. Where auto's answer is TorchScript, test_onnx_compat_exports_and_verifies has just
-    verified that export (its first attempt); exporting it again here cost 14 s of the suite."""
+    verified that export (its first attempt); exporting those 14 again here cost 7.5 s of the suite."""
     job = _job(name)
     if name in TORCHSCRIPT_LIMITS:
         with pytest.raises(ExportError, match=TORCHSCRIPT_LIMITS[name]):
