@@ -73,3 +73,46 @@ class RecurrentStores(nn.Module):
     def forward(self, x):
         states_all, last, gates = self.cell(x)
         return states_all, last, gates, self.sru(x)
+
+
+def stabilised_pointwise(raw, states):
+    """xlstm's sLSTM pointwise step (``slstm.py:8-37``): the stabiliser ``m`` starts as the input gate's
+    pre-activation at the first step (every normaliser still 0) and is the running maximum after; the branch
+    reads the state's value."""
+    c, n, m = torch.unbind(states, dim=0)
+    i_raw, f_raw, z_raw = torch.unbind(raw, dim=1)
+    log_f_plus_m = m + torch.nn.functional.logsigmoid(f_raw)
+    if torch.all(n == 0.0):
+        m_new = i_raw
+    else:
+        m_new = torch.max(i_raw, log_f_plus_m)
+    i_gate = torch.exp(i_raw - m_new)
+    f_gate = torch.exp(log_f_plus_m - m_new)
+    c_new = f_gate * c + i_gate * torch.tanh(z_raw)
+    n_new = f_gate * n + i_gate
+    return torch.stack((c_new, n_new, m_new)), c_new / n_new
+
+
+POINTWISE = {"stabilised": stabilised_pointwise}  # xlstm passes its step through a registry, not a global name
+
+
+class StabilisedCell(nn.Module):
+    """An sLSTM-like cell over ``[B, T, D]``: the step function comes from a registry and is passed to the loop
+    as an argument, as xlstm's ``slstm_forward(..., pointwise_forward=...)`` takes it."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.inp = nn.Linear(d, 3 * d)
+        self.rec = nn.Linear(d, 3 * d, bias=False)
+
+    def forward(self, x):
+        return self.run(self.inp(x).transpose(0, 1), POINTWISE["stabilised"])
+
+    def run(self, x, pointwise):
+        T, B, D = x.shape[0], x.shape[1], x.shape[2] // 3
+        states, ys = x.new_zeros(3, B, D), []
+        for x_t in x.unbind(dim=0):
+            raw = (x_t + self.rec(torch.tanh(states[0]))).view(B, 3, D)
+            states, y = pointwise(raw, states)
+            ys.append(y)
+        return torch.stack(ys, dim=1), states[0]

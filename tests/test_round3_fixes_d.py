@@ -20,7 +20,7 @@ from onnx_compat.errors import ExportError, NotLiftable
 from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
-from pattern_models_round3g import RecurrentStores, StoredStepsCell
+from pattern_models_round3g import RecurrentStores, StabilisedCell, StoredStepsCell
 
 SIZES = ((1, 1), (3, 9), (1, 36), (2, 36))  # T=1, the example's length at other batches, 4x the example
 
@@ -38,6 +38,19 @@ STORES = PatchCase("recurrent_stores", RecurrentStores, _inputs, {0: {0: "batch"
                    sizes=SIZES, example=(2, 9), exporters=("dynamo",), graph=_scans, atol=1e-5, rtol=1e-4,
                    grad_mode=contextlib.nullcontext)  # as export() runs it: the closures need grad
 test_stores_at_the_step_index_export_as_scans, _ = patch_case_tests([STORES])
+
+
+def _one_scan(proto, exporter):
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Scan") + ops.count("Loop") == 1 and "If" not in ops, f"one graph loop, no branch: {ops}"
+
+
+# xlstm's sLSTM step: a branch on the state's value in the function the loop calls (the plain export stops there)
+STABILISED = PatchCase("stabilised_cell", StabilisedCell, _inputs, {0: {0: "batch", 1: "time"}}, sizes=SIZES,
+                       example=(2, 9), exporters=("dynamo",), graph=_one_scan, atol=1e-5, rtol=1e-4,
+                       vanilla={"dynamo": "Could not guard on data-dependent expression"})
+test_a_value_branch_in_a_step_exports_as_where, test_vanilla_value_branch_stops_dynamo = \
+    patch_case_tests([STABILISED])
 
 
 def test_torchscript_names_the_enumerated_loop(tmp_path):
@@ -164,16 +177,71 @@ def value_branch_in_the_cell(x, u):
     return n
 
 
-def test_a_value_branch_in_the_step_is_refused_at_its_line_with_the_branchless_form():
+def value_branch_in_the_body(x, u):
+    n = x[0] * 0
+    for x_t in u.unbind(x, 0):
+        if torch.all(n == 0.0):
+            m = x_t
+            k = m * 2
+        else:
+            m = torch.maximum(x_t, n)
+            k = m - n
+        n = n + torch.tanh(m) + k
+    return n
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7])
+@pytest.mark.parametrize("fn", [value_branch_in_the_cell, value_branch_in_the_body], ids=lambda f: f.__name__)
+def test_a_value_branch_in_the_step_is_taken_as_where(fn, steps):
     """xlstm's sLSTM cell (``slstm.py:25``): ``if torch.all(n == 0.0)`` picks the first step's stabiliser. A
-    scan step cannot branch on a value; the refusal names the branch's line (torch said only "Got graph
-    break/error:") and the ``torch.where`` form a step can hold."""
-    line = _stabilised.__code__.co_firstlineno + 1
+    scan step cannot branch on a value; both sides only bind names, so the step takes ``torch.where`` of them
+    (in the function the step calls, and in the loop's own body, where a later assignment of a side reads the
+    side's earlier one): the Python loop's numbers at 1, 2 and 7 steps, both sides taken over the steps. The
+    function's own code is back after the lift."""
+    x = torch.randn(steps, 2, 3, generator=torch.Generator().manual_seed(steps))
+    code = _stabilised.__code__
+    want, got = fn(x, Plain), fn(x, Lifter)
+    assert _stabilised.__code__ is code and "__onnx_compat_where__" not in globals()
+    assert want.abs().max() > 0 and got.shape == want.shape and torch.allclose(got, want, atol=1e-6), steps
+
+
+def _unpaired(x_t, n):
+    if torch.all(n == 0.0):
+        m = x_t
+    else:
+        m = torch.maximum(x_t, n)
+        n = n * 2
+    return n + torch.tanh(m)
+
+
+def _in_place(x_t, n):
+    if torch.all(n == 0.0):
+        m = x_t.clone()
+    else:
+        m = n.add_(x_t)
+    return n + torch.tanh(m)
+
+
+def _loop_over(cell):
+    def run(x, u):
+        n = x[0] * 0
+        for x_t in u.unbind(x, 0):
+            n = cell(x_t, n)
+        return n
+    return run
+
+
+@pytest.mark.parametrize("cell,why", [(_unpaired, "its sides bind different names (n on one side only)"),
+                                      (_in_place, "'n.add_(x_t)' changes a tensor in place")])
+def test_a_value_branch_that_is_not_a_choice_of_values_is_refused_at_its_line(cell, why):
+    """Sides that bind different names, or change a tensor in place, are not a ``torch.where`` of two values:
+    the refusal names the branch's line, why it stays a branch, and the form a step can hold."""
+    line = cell.__code__.co_firstlineno + 1
     with pytest.raises(NotLiftable) as raised:
-        value_branch_in_the_cell(torch.randn(4, 2, 3), Lifter)
+        _loop_over(cell)(torch.randn(4, 2, 3), Lifter)
     text = str(raised.value)
     assert f"Data-dependent branching at {__file__}:{line} (if torch.all(n == 0.0):)" in text, text
-    assert "torch.where(cond, a, b)" in text, text
+    assert f"not as torch.where: {why}" in text and "torch.where(cond, a, b)" in text, text
 
 
 def test_a_range_taken_off_the_for_line_is_refused_saying_so():

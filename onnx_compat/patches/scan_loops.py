@@ -26,6 +26,7 @@ that is lifted computes exactly what its Python loop computes, step by step.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import ctypes
 import functools
@@ -41,6 +42,8 @@ from ..errors import NotLiftable  # in the one family; importable from here as b
 import torch
 
 from onnx_compat.errors import UnsupportedPattern
+
+from . import value_branches
 
 _FORBIDDEN = (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal,
               ast.Delete, ast.Await)
@@ -340,7 +343,7 @@ def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef
         body.append(stmt)
     carries, outs = "".join(c + ", " for c in plan.carries), "".join(
         f"__oc_y_{k}, " for k in range(len(plan.lists) + len(plan.stores)))
-    src = (f"def __oc_make(__oc_take, __oc_same, {''.join(f + ', ' for f in free)}):\n"
+    src = (f"def __oc_make(__oc_take, __oc_same, {value_branches.WHERE}, {''.join(f + ', ' for f in free)}):\n"
            f"    def __oc_step(__oc_carry, __oc_x):\n        {ast.unparse(loop.target)} = __oc_x\n"
            f"        ({carries}) = __oc_carry\n        pass\n        return ({carries}), ({outs})\n"
            f"    return __oc_step\n")
@@ -351,21 +354,28 @@ def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef
     return make
 
 
-def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], by_index: bool):
+def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], branches=()):
     """The loop body compiled as a step function with the body's own line numbers (a warning or error in a
-    step names the model's line), in the model's module globals."""
+    step names the model's line), in the model's module globals; the ``if`` at each of ``branches`` (lines
+    where the step's trace stopped on a value) taken as ``torch.where`` (``value_branches.py``)."""
     stored = {n.id for n in _names(loop.body, ast.Store)} | set(_targets(loop))
     free = sorted(({n.id for n in _names(loop.body, ast.Load)} & set(local)) - stored)
     make = _AugmentedCarry(plan.carries).visit(_step_source(loop, plan, free))
     if plan.index is not None:
         make = _TakeStep(plan.index).visit(make)
+    select = value_branches.Select(branches)
+    make = select.visit(make)
+    if select.refused:
+        line, why = next(iter(select.refused.items()))
+        raise NotLiftable(f"the step branches on a tensor's value at {frame.f_code.co_filename}:{line}, and not as "
+                          f"torch.where: {why}")
     ast.fix_missing_locations(make)
     made: Dict[str, object] = {}
     exec(compile(ast.Module([make], []), frame.f_code.co_filename, "exec"), frame.f_globals, made)
     # tensors the step reads detached, as its carries are (lift): a closure that needs grad has the export keep
     # scan's autograd form, whose re-run by torch.onnx's type promotion stacks a SymInt ("'SymInt' object has no
     # attribute 'unsqueeze'", mambapy's deltaA[:, t] under export()'s autograd); an export needs no gradient
-    return made["__oc_make"](_take, _same, *(local[f].detach() if isinstance(local[f], torch.Tensor) else local[f]
+    return made["__oc_make"](_take, _same, value_branches.where_of, *(local[f].detach() if isinstance(local[f], torch.Tensor) else local[f]
                                              for f in free))
 
 
@@ -397,28 +407,13 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     plan = _plan(_function_ast(frame.f_code), loop, local, by_index)
     if not plan.lists and not plan.carries and not plan.stores:
         raise NotLiftable("its body neither carries a tensor nor appends a step's output")
-    step = _step_function(loop, plan, frame, local, by_index)
-    from torch._higher_order_ops.scan import scan
     gate = xs if isinstance(xs, GatedSteps) else None
-
-    def combine(carry, x_t):
-        if gate is not None:
-            x_t, valid = x_t
-        new, outs = step(carry, x_t)
-        new = _fresh(new)
-        if gate is not None:  # a step past the range's end keeps the state as it was
-            new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
-        return new, _fresh(outs)
-
-    try:  # the state detached: a carry that needs grad has the export trace scan's autograd form, which leaves
-        # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
-        steps_in = (gate.indices, gate.valid) if gate is not None else tuple(x.detach() for x in xs) \
-            if isinstance(xs, tuple) else xs.detach()  # detached as the carries and closures (_step_function)
-        final, ys = scan(combine, tuple(local[c].detach() for c in plan.carries), steps_in)
-    except (UnsupportedPattern, NotLiftable):
-        raise
-    except Exception as error:  # the body could not be traced as a step: refused, naming why
-        raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)})") from error
+    # the state detached: a carry that needs grad has the export trace scan's autograd form, which leaves
+    # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
+    steps_in = (gate.indices, gate.valid) if gate is not None else tuple(x.detach() for x in xs) \
+        if isinstance(xs, tuple) else xs.detach()  # detached as the carries and closures (_step_function)
+    final, ys = _scanned(lambda branches: _combine(_step_function(loop, plan, frame, local, branches), gate),
+                         tuple(local[c].detach() for c in plan.carries), steps_in)
     _write_back(frame, dict(zip(plan.carries, final)))
     site = f"{frame.f_code.co_filename}:{loop.lineno}"
     ys = [y if gate is None else y[:gate.count] for y in ys]
@@ -429,22 +424,84 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
         _store_steps(frame, stmt, plan.index, steps, y)
 
 
-_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)')
+def _combine(step, gate):
+    """The scan's combine function: the step, its outputs fresh, a step past a gated range's end dropped."""
+    def combine(carry, x_t):
+        if gate is not None:
+            x_t, valid = x_t
+        new, outs = step(carry, x_t)
+        new = _fresh(new)
+        if gate is not None:  # a step past the range's end keeps the state as it was
+            new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
+        return new, _fresh(outs)
+    return combine
+
+
+_BRANCHES = 8  # value branches taken as torch.where in one step before the lift gives up
+
+
+def _scanned(combine_with, carries, steps_in):
+    """``scan`` of the step ``combine_with(branch lines)`` makes. Where the step's trace stops at a branch on a
+    tensor's value, that ``if`` is taken as ``torch.where`` (in the step's own body, or in the function it
+    calls, for as long as this scan is traced: ``value_branches.py``) and the step traced again."""
+    from torch._higher_order_ops.scan import scan
+    branches, swaps = set(), contextlib.ExitStack()
+    with swaps:
+        for _ in range(_BRANCHES + 1):
+            try:
+                return scan(combine_with(frozenset(branches)), carries, steps_in)
+            except (UnsupportedPattern, NotLiftable):
+                raise
+            except Exception as error:  # the body could not be traced as a step: refused, naming why
+                site = _value_branch(error)
+                why = "" if site is None else _take_as_where(site, branches, swaps)
+                if site is None or why:
+                    raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)}{why})") \
+                        from error
+    raise NotLiftable(f"its step branches on tensor values at more than {_BRANCHES} places")
+
+
+def _take_as_where(site, branches: set, swaps: contextlib.ExitStack) -> str:
+    """The branch at ``site`` taken as ``torch.where`` from the next trace on; "" when it is, else why not."""
+    filename, line, function = site
+    if function == "__oc_step":  # the loop's own body: the step is compiled again with that if as where
+        if line in branches:
+            return f"; taken as torch.where, line {line} still stopped the trace"
+        branches.add(line)
+        return ""
+    why = swaps.enter_context(value_branches.chosen_by_where(filename, line, function))
+    return "" if why is None else f"; not as torch.where: {why}"
+
+
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]*)\n\s*([^\n]*)')
+
+
+def _user_frames(text: str):
+    return _USER_FRAME.findall(text.split("from user code:", 1)[-1])
+
+
+def _value_branch(error: Exception) -> Optional[Tuple[str, int, str]]:
+    """(file, line, function) of the ``if`` a step's trace stopped at on a tensor's value, else None."""
+    text = str(error)
+    if "Got graph break/error:" not in text or "data-dependent branching" not in text.lower():
+        return None
+    frames = _user_frames(text)
+    return (frames[-1][0], int(frames[-1][1]), frames[-1][2].strip()) if frames else None
 
 
 def _step_failure(error: Exception) -> str:
     """Why the step did not trace, said at the model's line: a graph break (``UncapturedHigherOrderOpError``)
     names its kind on the line after "Got graph break/error:" and its place last under "from user code:"; a
-    branch on a tensor's value (xlstm's ``if torch.all(n == 0.0): m = i else: m = max(i, f)``) gets the
-    branchless form that a scan step can hold."""
+    branch on a tensor's value that could not be taken as ``torch.where`` gets the branchless form that a scan
+    step can hold."""
     text = str(error).strip()
     first = text.splitlines()[0][:300] if text else ""
     if "Got graph break/error:" not in text:
         return f"{type(error).__name__}: {first}"
     kind = next((line.strip() for line in text.split("Got graph break/error:", 1)[1].splitlines() if line.strip()),
                 "a graph break")
-    frames = _USER_FRAME.findall(text.split("from user code:", 1)[-1])
-    where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][2].strip()})" if frames else ""
+    frames = _user_frames(text)
+    where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][3].strip()})" if frames else ""
     said = f"{kind}{where}"
     if "data-dependent branching" in kind.lower():
         said += (": a step cannot branch on a tensor's value; compute both sides and choose with "
