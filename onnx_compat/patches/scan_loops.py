@@ -26,12 +26,10 @@ that is lifted computes exactly what its Python loop computes, step by step.
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import ctypes
 import functools
 import inspect
-import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -43,7 +41,7 @@ import torch
 
 from onnx_compat.errors import UnsupportedPattern
 
-from . import value_branches
+from . import scan_traces, value_branches
 
 _FORBIDDEN = (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal,
               ast.Delete, ast.Await)
@@ -412,7 +410,7 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
     steps_in = (gate.indices, gate.valid) if gate is not None else tuple(x.detach() for x in xs) \
         if isinstance(xs, tuple) else xs.detach()  # detached as the carries and closures (_step_function)
-    final, ys = _scanned(lambda branches: _combine(_step_function(loop, plan, frame, local, branches), gate),
+    final, ys = scan_traces.scanned(lambda branches: _combine(_step_function(loop, plan, frame, local, branches), gate),
                          tuple(local[c].detach() for c in plan.carries), steps_in)
     _write_back(frame, dict(zip(plan.carries, final)))
     site = f"{frame.f_code.co_filename}:{loop.lineno}"
@@ -435,79 +433,6 @@ def _combine(step, gate):
             new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
         return new, _fresh(outs)
     return combine
-
-
-_BRANCHES = 8  # value branches taken as torch.where in one step before the lift gives up
-
-
-def _scanned(combine_with, carries, steps_in):
-    """``scan`` of the step ``combine_with(branch lines)`` makes. Where the step's trace stops at a branch on a
-    tensor's value, that ``if`` is taken as ``torch.where`` (in the step's own body, or in the function it
-    calls, for as long as this scan is traced: ``value_branches.py``) and the step traced again."""
-    from torch._higher_order_ops.scan import scan
-    branches, swaps = set(), contextlib.ExitStack()
-    with swaps:
-        for _ in range(_BRANCHES + 1):
-            try:
-                return scan(combine_with(frozenset(branches)), carries, steps_in)
-            except (UnsupportedPattern, NotLiftable):
-                raise
-            except Exception as error:  # the body could not be traced as a step: refused, naming why
-                site = _value_branch(error)
-                why = "" if site is None else _take_as_where(site, branches, swaps)
-                if site is None or why:
-                    raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)}{why})") \
-                        from error
-    raise NotLiftable(f"its step branches on tensor values at more than {_BRANCHES} places")
-
-
-def _take_as_where(site, branches: set, swaps: contextlib.ExitStack) -> str:
-    """The branch at ``site`` taken as ``torch.where`` from the next trace on; "" when it is, else why not."""
-    filename, line, function = site
-    if function == "__oc_step":  # the loop's own body: the step is compiled again with that if as where
-        if line in branches:
-            return f"; taken as torch.where, line {line} still stopped the trace"
-        branches.add(line)
-        return ""
-    why = swaps.enter_context(value_branches.chosen_by_where(filename, line, function))
-    return "" if why is None else f"; not as torch.where: {why}"
-
-
-_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]*)\n\s*([^\n]*)')
-
-
-def _user_frames(text: str):
-    return _USER_FRAME.findall(text.split("from user code:", 1)[-1])
-
-
-def _value_branch(error: Exception) -> Optional[Tuple[str, int, str]]:
-    """(file, line, function) of the ``if`` a step's trace stopped at on a tensor's value, else None."""
-    text = str(error)
-    if "Got graph break/error:" not in text or "data-dependent branching" not in text.lower():
-        return None
-    frames = _user_frames(text)
-    return (frames[-1][0], int(frames[-1][1]), frames[-1][2].strip()) if frames else None
-
-
-def _step_failure(error: Exception) -> str:
-    """Why the step did not trace, said at the model's line: a graph break (``UncapturedHigherOrderOpError``)
-    names its kind on the line after "Got graph break/error:" and its place last under "from user code:"; a
-    branch on a tensor's value that could not be taken as ``torch.where`` gets the branchless form that a scan
-    step can hold."""
-    text = str(error).strip()
-    first = text.splitlines()[0][:300] if text else ""
-    if "Got graph break/error:" not in text:
-        return f"{type(error).__name__}: {first}"
-    kind = next((line.strip() for line in text.split("Got graph break/error:", 1)[1].splitlines() if line.strip()),
-                "a graph break")
-    frames = _user_frames(text)
-    where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][3].strip()})" if frames else ""
-    said = f"{kind}{where}"
-    if "data-dependent branching" in kind.lower():
-        said += (": a step cannot branch on a tensor's value; compute both sides and choose with "
-                 "torch.where(cond, a, b) (e.g. m = torch.where(torch.all(n == 0), i, torch.maximum(i, f))), "
-                 "or use torch.cond")
-    return said
 
 
 def _store_steps(frame, stmt: ast.Assign, index: str, steps: torch.Tensor, y: torch.Tensor) -> None:

@@ -1,0 +1,89 @@
+"""A lifted loop's step traced as torch's ``scan``: retried where a value branch can be ``torch.where``, and
+refused, saying why at the model's line, where the step does not trace.
+
+``scan`` traces its step with dynamo, whose error names the kind of graph break on the line after "Got graph
+break/error:" and the model's lines under "from user code:" (the innermost last); the refusal repeats those,
+since torch's own first line says only that the step could not be captured.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Optional, Tuple
+
+from onnx_compat.errors import NotLiftable, UnsupportedPattern
+
+from . import value_branches
+
+
+_BRANCHES = 8  # value branches taken as torch.where in one step before the lift gives up
+
+
+def scanned(combine_with, carries, steps_in):
+    """``scan`` of the step ``combine_with(branch lines)`` makes. Where the step's trace stops at a branch on a
+    tensor's value, that ``if`` is taken as ``torch.where`` (in the step's own body, or in the function it
+    calls, for as long as this scan is traced: ``value_branches.py``) and the step traced again."""
+    from torch._higher_order_ops.scan import scan
+    branches, swaps = set(), contextlib.ExitStack()
+    with swaps:
+        for _ in range(_BRANCHES + 1):
+            try:
+                return scan(combine_with(frozenset(branches)), carries, steps_in)
+            except (UnsupportedPattern, NotLiftable):
+                raise
+            except Exception as error:  # the body could not be traced as a step: refused, naming why
+                site = _value_branch(error)
+                why = "" if site is None else _take_as_where(site, branches, swaps)
+                if site is None or why:
+                    raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)}{why})") \
+                        from error
+    raise NotLiftable(f"its step branches on tensor values at more than {_BRANCHES} places")
+
+
+def _take_as_where(site, branches: set, swaps: contextlib.ExitStack) -> str:
+    """The branch at ``site`` taken as ``torch.where`` from the next trace on; "" when it is, else why not."""
+    filename, line, function = site
+    if function == "__oc_step":  # the loop's own body: the step is compiled again with that if as where
+        if line in branches:
+            return f"; taken as torch.where, line {line} still stopped the trace"
+        branches.add(line)
+        return ""
+    why = swaps.enter_context(value_branches.chosen_by_where(filename, line, function))
+    return "" if why is None else f"; not as torch.where: {why}"
+
+
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]*)\n\s*([^\n]*)')
+
+
+def _user_frames(text: str):
+    return _USER_FRAME.findall(text.split("from user code:", 1)[-1])
+
+
+def _value_branch(error: Exception) -> Optional[Tuple[str, int, str]]:
+    """(file, line, function) of the ``if`` a step's trace stopped at on a tensor's value, else None."""
+    text = str(error)
+    if "Got graph break/error:" not in text or "data-dependent branching" not in text.lower():
+        return None
+    frames = _user_frames(text)
+    return (frames[-1][0], int(frames[-1][1]), frames[-1][2].strip()) if frames else None
+
+
+def _step_failure(error: Exception) -> str:
+    """Why the step did not trace, said at the model's line: a graph break (``UncapturedHigherOrderOpError``)
+    names its kind on the line after "Got graph break/error:" and its place last under "from user code:"; a
+    branch on a tensor's value that could not be taken as ``torch.where`` gets the branchless form that a scan
+    step can hold."""
+    text = str(error).strip()
+    first = text.splitlines()[0][:300] if text else ""
+    if "Got graph break/error:" not in text:
+        return f"{type(error).__name__}: {first}"
+    kind = next((line.strip() for line in text.split("Got graph break/error:", 1)[1].splitlines() if line.strip()),
+                "a graph break")
+    frames = _user_frames(text)
+    where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][3].strip()})" if frames else ""
+    said = f"{kind}{where}"
+    if "data-dependent branching" in kind.lower():
+        said += (": a step cannot branch on a tensor's value; compute both sides and choose with "
+                 "torch.where(cond, a, b) (e.g. m = torch.where(torch.all(n == 0), i, torch.maximum(i, f))), "
+                 "or use torch.cond")
+    return said
