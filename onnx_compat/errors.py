@@ -105,12 +105,13 @@ class DataDependentBranch(OnnxCompatError, RuntimeError):
     """A branch on a tensor's value that is not a check, met while the dynamo exporter traced (``patches/checks``);
     ``where``: the model's file:line, ``cause``: dynamo's own error."""
 
-    def __init__(self, where: str, cause: BaseException) -> None:
+    def __init__(self, where: str, cause: BaseException, function: str = "") -> None:
         super().__init__(f"{where}: the model branches on a tensor's value here, which the dynamo exporter "
                          f"cannot trace (only checks whose failing branch just raises or reports are dropped, and "
-                         f"branches whose body only stores into tensors, t[mask] = v, are traced as torch.where): "
+                         f"branches whose body only stores into tensors, t[mask] = v, or only binds names, "
+                         f"x = a / else: x = b, are traced as torch.where): "
                          f"{cause}")
-        self.where, self.cause = where, cause
+        self.where, self.cause, self.function = where, cause, function  # function: the code's name at where
 
 
 class DrawsDiffer(OnnxCompatError):

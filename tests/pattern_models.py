@@ -87,6 +87,28 @@ class ValueBranch(nn.Module):
         return -x
 
 
+class ValueSelect(nn.Module):
+    """Branches on values whose sides only pick values: two names bound on both sides (the second reading the
+    side's first), and a normaliser with no else (the name keeps its value where the test is false)."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.lin(x)
+        peak = y.abs().max()
+        if y.mean() > 0:
+            z = y * 2
+            w = z.sum(-1, keepdim=True)
+        else:
+            z = torch.relu(y)
+            w = -z.mean(-1, keepdim=True)
+        if peak > 4:
+            z = z / peak
+        return z + w
+
+
 # --- 3. complex values made by a cast -------------------------------------------------------------
 
 class ComplexCast(nn.Module):

@@ -190,35 +190,12 @@ def value_branch_in_the_body(x, u):
     return n
 
 
-@pytest.mark.parametrize("steps", [1, 2, 7])
-@pytest.mark.parametrize("fn", [value_branch_in_the_cell, value_branch_in_the_body], ids=lambda f: f.__name__)
-def test_a_value_branch_in_the_step_is_taken_as_where(fn, steps):
-    """xlstm's sLSTM cell (``slstm.py:25``): ``if torch.all(n == 0.0)`` picks the first step's stabiliser. A
-    scan step cannot branch on a value; both sides only bind names, so the step takes ``torch.where`` of them
-    (in the function the step calls, and in the loop's own body, where a later assignment of a side reads the
-    side's earlier one): the Python loop's numbers at 1, 2 and 7 steps, both sides taken over the steps. The
-    function's own code is back after the lift."""
-    x = torch.randn(steps, 2, 3, generator=torch.Generator().manual_seed(steps))
-    code = _stabilised.__code__
-    want, got = fn(x, Plain), fn(x, Lifter)
-    assert _stabilised.__code__ is code and "__onnx_compat_where__" not in globals()
-    assert want.abs().max() > 0 and got.shape == want.shape and torch.allclose(got, want, atol=1e-6), steps
-
-
 def _unpaired(x_t, n):
     if torch.all(n == 0.0):
         m = x_t
     else:
         m = torch.maximum(x_t, n)
         n = n * 2
-    return n + torch.tanh(m)
-
-
-def _in_place(x_t, n):
-    if torch.all(n == 0.0):
-        m = x_t.clone()
-    else:
-        m = n.add_(x_t)
     return n + torch.tanh(m)
 
 
@@ -231,10 +208,42 @@ def _loop_over(cell):
     return run
 
 
-@pytest.mark.parametrize("cell,why", [(_unpaired, "its sides bind different names (n on one side only)"),
+@pytest.mark.parametrize("steps", [1, 2, 7])
+@pytest.mark.parametrize("fn", [value_branch_in_the_cell, value_branch_in_the_body, _loop_over(_unpaired)],
+                         ids=("in_the_cell", "in_the_body", "one_side_binds"))
+def test_a_value_branch_in_the_step_is_taken_as_where(fn, steps):
+    """xlstm's sLSTM cell (``slstm.py:25``): ``if torch.all(n == 0.0)`` picks the first step's stabiliser. A
+    scan step cannot branch on a value; both sides only bind names, so the step takes ``torch.where`` of them
+    (in the function the step calls, and in the loop's own body, where a later assignment of a side reads the
+    side's earlier one; a name one side does not bind keeps its value there): the Python loop's numbers at 1, 2
+    and 7 steps, both sides taken over the steps. The function's own code is back after the lift."""
+    x = torch.randn(steps, 2, 3, generator=torch.Generator().manual_seed(steps))
+    code = _stabilised.__code__
+    want, got = fn(x, Plain), fn(x, Lifter)
+    assert _stabilised.__code__ is code and "__onnx_compat_where__" not in globals()
+    assert want.abs().max() > 0 and got.shape == want.shape and torch.allclose(got, want, atol=1e-6), steps
+
+
+def _unpacked(x_t, n):
+    if torch.all(n == 0.0):
+        m, k = x_t, n
+    else:
+        m, k = torch.maximum(x_t, n), x_t
+    return n + torch.tanh(m) + k
+
+
+def _in_place(x_t, n):
+    if torch.all(n == 0.0):
+        m = x_t.clone()
+    else:
+        m = n.add_(x_t)
+    return n + torch.tanh(m)
+
+
+@pytest.mark.parametrize("cell,why", [(_unpacked, "'m, k = (x_t, n)' is not an assignment to one name"),
                                       (_in_place, "'n.add_(x_t)' changes a tensor in place")])
 def test_a_value_branch_that_is_not_a_choice_of_values_is_refused_at_its_line(cell, why):
-    """Sides that bind different names, or change a tensor in place, are not a ``torch.where`` of two values:
+    """Sides that unpack into several names, or change a tensor in place, are not a ``torch.where`` of values:
     the refusal names the branch's line, why it stays a branch, and the form a step can hold."""
     line = cell.__code__.co_firstlineno + 1
     with pytest.raises(NotLiftable) as raised:

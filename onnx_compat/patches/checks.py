@@ -259,7 +259,7 @@ def _as_check(instance: torch.Tensor, exc: BaseException) -> bool:
     if outcome is None:
         entered = _repairs(frame)
         if entered is None:
-            raise DataDependentBranch(where, exc) from exc
+            raise DataDependentBranch(where, exc, frame.f_code.co_name) from exc
         return _enter_repair(frame, instance, entered)
     if reports_only(frame.f_code, frame.f_lasti):  # eager goes on either way: nothing to assert
         return outcome

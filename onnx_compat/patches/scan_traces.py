@@ -16,9 +16,6 @@ from onnx_compat.errors import NotLiftable, UnsupportedPattern
 from . import value_branches
 
 
-_BRANCHES = 8  # value branches taken as torch.where in one step before the lift gives up
-
-
 def scanned(combine_with, carries, steps_in):
     """``scan`` of the step ``combine_with(branch lines)`` makes. Where the step's trace stops at a branch on a
     tensor's value, that ``if`` is taken as ``torch.where`` (in the step's own body, or in the function it
@@ -26,7 +23,7 @@ def scanned(combine_with, carries, steps_in):
     from torch._higher_order_ops.scan import scan
     branches, swaps = set(), contextlib.ExitStack()
     with swaps:
-        for _ in range(_BRANCHES + 1):
+        for _ in range(value_branches.BRANCHES + 1):
             try:
                 return scan(combine_with(frozenset(branches)), carries, steps_in)
             except (UnsupportedPattern, NotLiftable):
@@ -37,7 +34,7 @@ def scanned(combine_with, carries, steps_in):
                 if site is None or why:
                     raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)}{why})") \
                         from error
-    raise NotLiftable(f"its step branches on tensor values at more than {_BRANCHES} places")
+    raise NotLiftable(f"its step branches on tensor values at more than {value_branches.BRANCHES} places")
 
 
 def _take_as_where(site, branches: set, swaps: contextlib.ExitStack) -> str:

@@ -12,6 +12,11 @@ keeps ``L`` symbolic there and builds nested ``L//2//2...`` view checks whose si
 
 While patched, a refusal raised by the non-strict attempt is raised again in place of the strict attempt;
 torch.onnx then reports it as the capture's error, as before, only without the retry's time.
+
+The non-strict attempt is also where a branch on a tensor's value stops the capture (``checks.py`` raises
+``DataDependentBranch`` at the model's line): one whose sides only bind names is captured again with that
+``if`` as ``torch.where`` of both sides (``value_branches.captured``), so this wrapper is the one hook on
+torch.onnx's non-strict capture.
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ import threading
 from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
+
+from . import value_branches
 
 _NAME = "refusals_end_capture"
 _STRATEGIES = "torch.onnx._internal.exporter._capture_strategies"
@@ -48,19 +55,23 @@ def _capture(wrapped, instance, args, kwargs):
         idle(_NAME)
         return wrapped(*args, **kwargs)
     _last.refusal = None
-    idle(_NAME)
-    try:
-        return wrapped(*args, **kwargs)
+    try:  # a branch on a tensor's value whose sides only bind names is traced as torch.where of both sides
+        result, taken = value_branches.captured(lambda: wrapped(*args, **kwargs))
     except Exception as exc:
         _last.refusal = refusal_in(exc)
+        idle(_NAME)
         raise
+    if not taken:
+        idle(_NAME)
+    return result
 
 
 register(Patch(
     name=_NAME,
     description="a deliberate refusal (UnsupportedPattern) raised in torch.onnx's non-strict capture is the "
                 "capture's error: the strict retry, which re-traces the model without the patches (over 300 s "
-                "on a log2(T) parallel scan), is not run",
+                "on a log2(T) parallel scan), is not run; a branch on a tensor's value whose sides only bind names "
+                "is captured again as torch.where of both sides",
     targets=(_NON_STRICT, _STRICT),
     on_import=(_NON_STRICT, _STRICT),  # torch.onnx's exporter modules are not loaded by a TorchScript export
     wrapper=_capture,

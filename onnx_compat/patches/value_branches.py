@@ -29,11 +29,12 @@ import gc
 import inspect
 import textwrap
 import types
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 WHERE = "__onnx_compat_where__"
+BRANCHES = 8  # value branches taken as torch.where in one trace before it gives up
 
 
 def where_of(cond, a, b):
@@ -45,20 +46,13 @@ def where_of(cond, a, b):
 
 def why_not(branch: ast.If) -> Optional[str]:
     """None when ``branch`` can be ``torch.where`` of its sides; else what stops it."""
-    if not branch.orelse:
-        return "it has no else, so a name it binds has no value on the other side"
-    sides = (branch.body, branch.orelse)
-    for side in sides:
-        for stmt in side:
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
-                return f"'{ast.unparse(stmt)[:60]}' is not an assignment to one name"
-            in_place = [c for c in ast.walk(stmt.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                        and c.func.attr.endswith("_") and not c.func.attr.endswith("__")]
-            if in_place:
-                return f"'{ast.unparse(in_place[0])[:60]}' changes a tensor in place"
-    bound = [{s.targets[0].id for s in side} for side in sides]
-    if bound[0] != bound[1]:
-        return f"its sides bind different names ({', '.join(sorted(bound[0] ^ bound[1]))} on one side only)"
+    for stmt in branch.body + branch.orelse:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            return f"'{ast.unparse(stmt)[:60]}' is not an assignment to one name"
+        in_place = [c for c in ast.walk(stmt.value) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                    and c.func.attr.endswith("_") and not c.func.attr.endswith("__")]
+        if in_place:
+            return f"'{ast.unparse(in_place[0])[:60]}' changes a tensor in place"
     return None
 
 
@@ -83,34 +77,42 @@ class _Side(ast.NodeTransformer):
             self.bound.add(name)
         return out
 
+    def value(self, name: str) -> ast.Name:
+        """The side's value of ``name``: its own, or the one from before the branch where it binds none."""
+        return ast.Name(self.prefix + name if name in self.bound else name, ast.Load())
+
 
 def selected(branch: ast.If, k: int) -> List[ast.stmt]:
-    """``if c: a = x else: a = y`` as ``__oc_c = c; __oc_t_a = x; __oc_f_a = y; a = where(__oc_c, ...)``."""
-    cond = f"__oc_c{k}"
+    """``if c: a = x else: a = y`` as ``__oc_c = c; __oc_t_a = x; __oc_f_a = y; a = where(__oc_c, ...)``; a name
+    one side does not bind keeps there the value it had before the branch (``if c: a = x`` alone included)."""
+    cond, sides = f"__oc_c{k}", (_Side(f"__oc_t{k}_"), _Side(f"__oc_f{k}_"))
     out: List[ast.stmt] = [ast.copy_location(ast.Assign([ast.Name(cond, ast.Store())], branch.test), branch)]
-    out += _Side(f"__oc_t{k}_").side(branch.body) + _Side(f"__oc_f{k}_").side(branch.orelse)
-    for name in sorted({s.targets[0].id for s in branch.body}):
-        choose = ast.Call(ast.Name(WHERE, ast.Load()), [ast.Name(cond, ast.Load()), ast.Name(f"__oc_t{k}_{name}",
-                          ast.Load()), ast.Name(f"__oc_f{k}_{name}", ast.Load())], [])
+    out += sides[0].side(branch.body) + sides[1].side(branch.orelse)
+    for name in sorted(sides[0].bound | sides[1].bound):
+        choose = ast.Call(ast.Name(WHERE, ast.Load()), [ast.Name(cond, ast.Load()), sides[0].value(name),
+                                                         sides[1].value(name)], [])
         out.append(ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], choose), branch))
     return out
 
 
 class Select(ast.NodeTransformer):
-    """Every ``if`` at one of ``lines`` written as ``selected``; ``refused`` keeps why one could not be."""
+    """Every ``if`` whose test spans one of ``lines`` written as ``selected``; ``refused`` keeps why one could
+    not be, ``done`` the lines that were (each as asked: a frame stopped in a test of several lines names one
+    of them)."""
 
     def __init__(self, lines):
         self.lines, self.refused, self.done = set(lines), {}, set()
 
     def visit_If(self, node):
         self.generic_visit(node)
-        if node.lineno not in self.lines:
+        asked = [line for line in self.lines if node.lineno <= line <= node.test.end_lineno]
+        if not asked:
             return node
         why = why_not(node)
         if why is not None:
-            self.refused[node.lineno] = why
+            self.refused.update(dict.fromkeys(asked, why))
             return node
-        self.done.add(node.lineno)
+        self.done.update(asked)
         return selected(node, node.lineno)
 
 
@@ -124,8 +126,8 @@ def _functions_at(filename: str, line: int, name: str) -> List[types.FunctionTyp
     return [f for f in found if f.__code__.co_firstlineno == innermost]
 
 
-def _recompiled(fn: types.FunctionType, line: int) -> Tuple[Optional[types.CodeType], str]:
-    """``fn``'s code with the ``if`` at ``line`` as ``torch.where``; None and why when it cannot be."""
+def _recompiled(fn: types.FunctionType, lines: frozenset, line: int) -> Tuple[Optional[types.CodeType], str]:
+    """``fn``'s code with the ``if`` at each of ``lines`` as ``torch.where``; None and why ``line`` cannot be."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as error:
@@ -136,7 +138,7 @@ def _recompiled(fn: types.FunctionType, line: int) -> Tuple[Optional[types.CodeT
     if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None, "its source is not a function definition"
     definition.decorator_list = []
-    select = Select([line])
+    select = Select(lines)
     select.visit(definition)
     if line not in select.done:
         return None, select.refused.get(line, "no 'if' statement starts on that line")
@@ -149,15 +151,21 @@ def _recompiled(fn: types.FunctionType, line: int) -> Tuple[Optional[types.CodeT
     return code, ""
 
 
+_taken: Dict[Tuple[str, int, str], frozenset] = {}  # a function's lines now taken as where, by (file, first line, name)
+
+
 @contextlib.contextmanager
 def chosen_by_where(filename: str, line: int, name: str) -> Iterator[Optional[str]]:
     """While the block runs, the function ``name`` at ``filename:line`` takes that line's ``if`` as
-    ``torch.where``; yields None when it does, else why not (nothing changed)."""
+    ``torch.where`` (beside the lines an enclosing block took already); yields None when it does, else why
+    not (nothing changed)."""
     fns = _functions_at(filename, line, name)
     if not fns:
         yield f"no function {name} of {filename} holding line {line} is loaded"
         return
-    code, why = _recompiled(fns[0], line)
+    key = (filename, fns[0].__code__.co_firstlineno, name)
+    before = _taken.get(key, frozenset())
+    code, why = _recompiled(fns[0], before | {line}, line)
     if code is None:
         yield why
         return
@@ -166,12 +174,52 @@ def chosen_by_where(filename: str, line: int, name: str) -> Iterator[Optional[st
         code = int_calls._rewritten(code)
     undo = [(fn, fn.__code__, WHERE not in fn.__globals__) for fn in fns]
     try:
+        _taken[key] = before | {line}
         for fn in fns:
             fn.__globals__[WHERE] = where_of
             fn.__code__ = code
         yield None
     finally:
+        _taken[key] = before
+        if not before:
+            del _taken[key]
         for fn, old, added in undo:
             fn.__code__ = old
             if added:
                 fn.__globals__.pop(WHERE, None)
+
+
+def _branch_in(exc: BaseException):
+    """The ``DataDependentBranch`` (``checks.py``) that ``exc`` is or was raised from, else None."""
+    from onnx_compat.errors import DataDependentBranch
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, DataDependentBranch):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def captured(capture: Callable[[], object]) -> Tuple[object, int]:
+    """``capture()`` (torch.onnx's non-strict ``torch.export``), again with each branch on a tensor's value it
+    stopped at taken as ``torch.where`` of its sides, for as long as the capture runs (the graph it returns
+    holds no Python); returns the result and how many branches were so taken. A branch that cannot be has
+    the reason added to its error, which is raised as it came."""
+    taken: List[Tuple[str, int, str]] = []
+    with contextlib.ExitStack() as swaps:
+        while True:
+            try:
+                return capture(), len(taken)
+            except Exception as exc:
+                branch = _branch_in(exc)
+                if branch is None or not branch.function or len(taken) >= BRANCHES:
+                    raise
+                filename, _, line = branch.where.rpartition(":")
+                site = (filename, int(line), branch.function)
+                why = "taken as torch.where, it still stopped the trace" if site in taken else \
+                    swaps.enter_context(chosen_by_where(*site))
+                if why is not None:
+                    branch.args = (f"{branch.args[0]} (not as torch.where of its sides: {why})",)
+                    raise
+                taken.append(site)
