@@ -134,13 +134,15 @@ def _line_of(fn, text):
 
 
 @needs_dynamo
-def test_a_branch_that_binds_a_name_is_refused_naming_its_line():
+def test_a_branch_that_binds_a_name_is_taken_as_where():
+    """``if ds.sum() == 0: ds = ds + 1`` binds a name: not a repair by stores, but a choice of values (``ds``
+    keeps its value where the test is false), so the dynamo capture takes it as ``torch.where``
+    (``patches/value_branches.py``; it was refused naming its line before): the graph takes it on all-zero
+    durations and nowhere else, as eager does."""
     model = PaddedByHandRegulator("new_fill", repair="rebound").eval()
-    with onnx_compat.patched(), pytest.raises(Exception) as raised:
-        export(model, _example(), "dynamo", _AXES)
-    text = str(raised.value) + repr(raised.value.__cause__)
-    line = _line_of(PaddedByHandRegulator.rebound, "if ds.sum() == 0")
-    assert f"pattern_models.py:{line}" in text and "branches on a tensor's value" in text, text[-800:]
+    with onnx_compat.patched():
+        proto = export(model, _example(), "dynamo", _AXES)
+    assert _mismatches(proto, model) == {}
 
 
 @needs_dynamo

@@ -169,9 +169,6 @@ def chosen_by_where(filename: str, line: int, name: str) -> Iterator[Optional[st
     if code is None:
         yield why
         return
-    from . import int_calls  # while the int()/len() redirection is on, the new code takes it too
-    if int_calls.NAME in fns[0].__globals__:
-        code = int_calls._rewritten(code)
     undo = [(fn, fn.__code__, WHERE not in fn.__globals__) for fn in fns]
     try:
         _taken[key] = before | {line}
