@@ -291,16 +291,22 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'onnx_compat.errors' has no attribute {name!r}")
 
 
+def raised_from(exc: BaseException, kind):
+    """``exc`` or the first exception of type ``kind`` it was raised from (``__cause__``, else ``__context__``),
+    else None: the exporters wrap the error that says what happened in errors of their own."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def interrupted(exc: BaseException) -> bool:
     """Whether ``exc`` was raised because of Ctrl-C: an exporter that catches every exception may wrap the
     ``KeyboardInterrupt`` in its own error, which must stop the export, never count as a failed attempt."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return raised_from(exc, KeyboardInterrupt) is not None
 
 
 def reraise_interrupt(exc: BaseException) -> None:

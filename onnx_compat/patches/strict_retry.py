@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 
-from onnx_compat.errors import UnsupportedPattern
+from onnx_compat.errors import UnsupportedPattern, raised_from
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
@@ -37,13 +37,7 @@ _last = threading.local()  # the refusal of this thread's last non-strict captur
 
 def refusal_in(exc: BaseException):
     """``exc`` or the exception it was raised from, when that is a deliberate refusal; else None."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, UnsupportedPattern):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
+    return raised_from(exc, UnsupportedPattern)
 
 
 def _capture(wrapped, instance, args, kwargs):

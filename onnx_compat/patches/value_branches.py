@@ -188,14 +188,8 @@ def chosen_by_where(filename: str, line: int, name: str) -> Iterator[Optional[st
 
 def _branch_in(exc: BaseException):
     """The ``DataDependentBranch`` (``checks.py``) that ``exc`` is or was raised from, else None."""
-    from onnx_compat.errors import DataDependentBranch
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, DataDependentBranch):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
+    from onnx_compat.errors import DataDependentBranch, raised_from
+    return raised_from(exc, DataDependentBranch)
 
 
 def captured(capture: Callable[[], object]) -> Tuple[object, int]:
