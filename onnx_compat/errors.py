@@ -93,6 +93,16 @@ class UnsupportedPattern(OnnxCompatError, NotImplementedError):
     user reads first, never mistaken for a patch that broke (``first_cause``)."""
 
 
+class RangeBoundToName(UnsupportedPattern):
+    """``seq = range(n)`` of a dynamic size, iterated by a later ``for t in seq``: refused where the range is made
+    (``where``: the model's file:line, ``function``: the code's name), which the capture answers by writing the
+    range in the ``for`` (``patches/range_names.py``) so that the loop can run as a scan."""
+
+    def __init__(self, message: str, where: str, function: str) -> None:
+        super().__init__(message)
+        self.where, self.function = where, function
+
+
 class SpectralError(OnnxCompatError, RuntimeError):
     """A complex-valued call the spectral patches cannot write as real ops."""
 

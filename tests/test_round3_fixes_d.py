@@ -254,7 +254,8 @@ def test_a_value_branch_that_is_not_a_choice_of_values_is_refused_at_its_line(ce
 
 
 def test_a_range_taken_off_the_for_line_is_refused_saying_so():
-    """sru's ``time_seq = range(length) if di == 0 else range(length - 1, -1, -1)`` (``ops.py:206``), iterated by
-    a later ``for t in time_seq``: the refusal said "its iterable is not range(size)", of a loop it never found."""
-    with pytest.raises(NotLiftable, match=r"range\(\) is not taken on a 'for' line: a range bound to a name first"):
+    """A range met off any ``for`` line, not bound to a name a later ``for`` iterates (sru's bound form is
+    written in its ``for`` for the capture: tests/test_range_forms.py): the refusal says so, not "its iterable is
+    not range(size)" of a loop it never found."""
+    with pytest.raises(NotLiftable, match=r"range\(\) is not taken on a 'for' line, nor bound to a name that a later"):
         scan_loops.scanned_range(None, 37)

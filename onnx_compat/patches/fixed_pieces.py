@@ -49,17 +49,27 @@ def _is_dynamic(size) -> bool:
 class Pieces:
     """``x.split(size, dim)`` not cut yet: the real tuple on first use, the whole stack as one gather."""
 
-    def __init__(self, x: torch.Tensor, size: int, dim: int, cut, where: str) -> None:
+    def __init__(self, x: torch.Tensor, size: int, dim: int, cut, where: str, said: str = "") -> None:
         self.x, self.size, self.dim, self._cut, self.where = x, size, dim, cut, where
+        self.said = said or f"x.split({size}, dim={dim})"
         self._pieces: Optional[tuple] = None
+
+    def per_step(self) -> Optional[torch.Tensor]:
+        """Pieces of one row each (``x.split(1, d)``, ``x.chunk(T, d)`` of a length ``T``), not cut yet: one tensor
+        whose index ``t`` is piece ``t`` (a lifted loop's step reads ``pieces[t]`` from it); else None."""
+        if self.size != 1 or self._pieces is not None:
+            return None
+        dim = self.dim % self.x.dim()
+        return self.x.unsqueeze(dim + 1).movedim(dim, 0)
 
     def _real(self) -> tuple:
         if self._pieces is None:
             length = self.x.shape[self.dim]
             if dynamo_exporting() and _is_dynamic(length):
                 _refuse(
-                    f"{self.where}: x.split({self.size}, dim={self.dim}) of a dynamic dim ({length}) used as a Python "
-                    f"tuple: its count ceil(T / {self.size}) is a number only at the example. Stack the pieces "
+                    f"{self.where}: {self.said} of a dynamic dim ({length}) used as a Python tuple (other than "
+                    f"indexed by the step of a loop run as a scan): its count ceil(T / {self.size}) is a number only "
+                    f"at the example. Stack the pieces "
                     f"(torch.stack(x.split({self.size}, {self.dim}), {self.dim}): exported as one gather) or write "
                     f"x.unflatten({self.dim}, (-1, {self.size})); the length rule (a multiple of {self.size}) goes in "
                     f"the model (pad to it) or in the spec (Dim(..., multiple={self.size}))")
@@ -124,6 +134,21 @@ def _split(wrapped, instance, args, kwargs):
     return cut
 
 
+def _chunk(wrapped, instance, args, kwargs):
+    """``x.chunk(T, d)`` with ``T`` the dynamic size of dim ``d`` under dynamo: pieces of one row each, as
+    ``x.split(1, d)`` (a recurrence's per-step slices cut before its loop); anything else: the chunk."""
+    bound = tensor_call(instance, args, kwargs, ("input", "chunks", "dim"), {"dim": 0})
+    frame = _model_frame()
+    if bound is None or frame is None or not dynamo_exporting() or not isinstance(bound["input"], torch.Tensor) \
+            or not isinstance(bound["dim"], int) or not _is_dynamic(bound["chunks"]):
+        return wrapped(*args, **kwargs)
+    x, dim = bound["input"], bound["dim"]
+    if not _is_dynamic(x.shape[dim]) or x.shape[dim].node.expr != bound["chunks"].node.expr:
+        return wrapped(*args, **kwargs)
+    return Pieces(x, 1, dim, lambda: wrapped(*args, **kwargs), f"{frame.f_code.co_filename}:{frame.f_lineno}",
+                  f"x.chunk({bound['chunks']}, dim={dim})")
+
+
 def _stack(wrapped, instance, args, kwargs):
     bound = tensor_call(None, args, {k: v for k, v in kwargs.items()}, ("tensors", "dim"), {"dim": 0})
     tensors = bound["tensors"] if bound is not None else None
@@ -136,13 +161,18 @@ def _stack(wrapped, instance, args, kwargs):
     return tensors.stacked(bound["dim"])
 
 
+_BY_NAME = {"stack": _stack, "chunk": _chunk}
+
+
 register(Patch(
     name=NAME,
     description="torch.stack(x.split(n, dim)) of a dynamic dim: the pieces stacked as one gather from the runtime "
-                "size (TorchScript wrote the example's Split, dynamo specialised the dim); the pieces used as a "
-                "tuple of a dynamic dim under dynamo are refused naming the line and the length rule",
-    targets=("torch:split", "torch:Tensor.split", "torch:stack"),
-    wrapper=lambda wrapped, instance, args, kwargs: (_stack if wrapped.__name__ == "stack" else _split)(
+                "size (TorchScript wrote the example's Split, dynamo specialised the dim); pieces of one row "
+                "(split(1), chunk(T) of a length T) indexed by a loop run as a scan are read from the whole tensor; "
+                "the pieces used as a tuple of a dynamic dim under dynamo are refused naming the line and the "
+                "length rule",
+    targets=("torch:split", "torch:Tensor.split", "torch:stack", "torch:chunk", "torch:Tensor.chunk"),
+    wrapper=lambda wrapped, instance, args, kwargs: _BY_NAME.get(wrapped.__name__, _split)(
         wrapped, instance, args, kwargs),
     when="export",
 ))

@@ -38,10 +38,11 @@ import warnings
 
 import torch
 
+from onnx_compat.errors import RangeBoundToName
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
-from . import constant_ranges, scan_loops
+from . import constant_ranges, range_names, scan_loops
 from .batch_rows import BatchRow
 from .unrolled_rows import remember_rows
 from .when import torchscript_exporting
@@ -77,10 +78,15 @@ def _is_dynamic(size) -> bool:
 def _refuse_at(frame, what: str, size, why: str = "") -> None:
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     why = f" (not run as a scan: {why})" if why else ""
-    _refuse(f"{where}: {what} the dynamic size {size.node.expr}: a Python loop or list sized by it is unrolled "
-            f"at the example's value, so the exported graph would hold only that many steps{why}. Write it with "
-            f"tensor ops over the whole dim, or a loop that carries state as a step function run by "
-            f"torch._higher_order_ops.scan (an ONNX Scan), or make the dim static")
+    message = (f"{where}: {what} the dynamic size {size.node.expr}: a Python loop or list sized by it is unrolled "
+               f"at the example's value, so the exported graph would hold only that many steps{why}. Write it "
+               f"with tensor ops over the whole dim, or a loop that carries state as a step function run by "
+               f"torch._higher_order_ops.scan (an ONNX Scan), or make the dim static")
+    tree = scan_loops._function_ast(frame.f_code)
+    if what.startswith("range()") and tree is not None and range_names.bound_loop(tree, frame.f_lineno)[0]:
+        # seq = range(n) before its for: the capture runs again with the range in the for (range_names.py)
+        raise RangeBoundToName(message, where, frame.f_code.co_name)
+    _refuse(message)
 
 
 def _as_scan(frame, xs_of, by_index: bool = False):
@@ -196,9 +202,9 @@ def _index(wrapped, instance, args, kwargs):
         same = constant_ranges.example_index(frame, instance)
         if same is not None:
             return same  # the range's steps are the same numbers at every size (constant_ranges.py)
-        why = _as_scan(frame, lambda loop: scan_loops.scanned_range(loop, instance), by_index=True)
-        if why is None:
-            return 0  # the loop ran as a scan: range(0), no Python step
+        why = _as_scan(frame, lambda loop: scan_loops.scanned_range(loop, instance, frame), by_index=True)
+        if why is None:  # the loop ran as a scan: its range made empty, no Python step
+            return scan_loops.emptied_range(scan_loops.loop_at(frame), frame)
         _refuse_at(frame, "range() takes", instance, why)
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "math":
         _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: a math function takes the dynamic size "

@@ -31,7 +31,6 @@ import ctypes
 import functools
 import inspect
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -41,7 +40,8 @@ import torch
 
 from onnx_compat.errors import UnsupportedPattern
 
-from . import scan_traces, value_branches
+from . import fixed_pieces, scan_traces, source_rewrites, value_branches
+from .scan_steps import GatedSteps, check_unbound, emptied_range, enumerated, scanned_range  # noqa: F401 (this module's names before)
 
 _FORBIDDEN = (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal,
               ast.Delete, ast.Await)
@@ -53,6 +53,7 @@ class _Plan:
     carries: List[str] = field(default_factory=list)
     lists: List[str] = field(default_factory=list)
     stores: List[ast.Assign] = field(default_factory=list)  # buf[..., t, ...] = v at the body's top level
+    aliases: Dict[str, str] = field(default_factory=dict)  # a temporary read after the loop -> the carry it equals
     index: Optional[str] = None  # the step's index: range()'s variable, or enumerate()'s first one
 
 
@@ -61,24 +62,19 @@ def _targets(loop: ast.For) -> List[str]:
     return [n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)]
 
 
-def _enumerated(loop: ast.For) -> bool:
-    """``for i, x_t in enumerate(<steps>)``: two names, no start."""
-    it, target = loop.iter, loop.target
-    return (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"
-            and len(it.args) == 1 and not it.keywords and isinstance(target, ast.Tuple) and len(target.elts) == 2
-            and all(isinstance(e, ast.Name) for e in target.elts))
+def _function_ast(code) -> Optional[ast.AST]:
+    """The function's source parsed, its line numbers and columns those of the file (as the code's positions);
+    for a function rewritten for the capture (``source_rewrites.py``), its rewritten source."""
+    return source_rewrites.tree_of(code) or _file_ast(code)
 
 
 @functools.lru_cache(maxsize=64)
-def _function_ast(code) -> Optional[ast.AST]:
-    """The function's source parsed, its line numbers those of the file."""
+def _file_ast(code) -> Optional[ast.AST]:
     try:
         lines, start = inspect.getsourcelines(code)
     except (OSError, TypeError):
         return None
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    ast.increment_lineno(tree, max(start, 1) - 1)
-    return tree
+    return source_rewrites.parsed_at(lines, start)
 
 
 def loop_at(frame) -> Optional[ast.For]:
@@ -95,7 +91,7 @@ def _check_body(loop: ast.For, index: Optional[str], local: Dict[str, object]) -
     """The body's forbidden statements and stores; the stores at the step's index it keeps (``_step_store``)."""
     if loop.orelse:
         raise NotLiftable("it has an else: clause")
-    if not isinstance(loop.target, ast.Name) and not _enumerated(loop):
+    if not isinstance(loop.target, ast.Name) and not enumerated(loop):
         raise NotLiftable("its loop variable is not a single name (nor 'i, x' of enumerate() without a start)")
     stores = [stmt for stmt in loop.body if _step_store(stmt, loop, index, local) is not None]
     kept = {id(stmt.targets[0]) for stmt in stores}
@@ -150,7 +146,7 @@ def _names(nodes, ctx) -> List[ast.Name]:
 
 def _plan(tree, loop: ast.For, local: Dict[str, object], by_index: bool) -> _Plan:
     """Which names the loop carries and which lists collect its steps; NotLiftable when neither is sound."""
-    index = (loop.target.elts[0].id if _enumerated(loop) else
+    index = (loop.target.elts[0].id if enumerated(loop) else
              loop.target.id if by_index and isinstance(loop.target, ast.Name) else None)
     plan = _Plan(loop, index=index)
     plan.stores = _check_body(loop, index, local)
@@ -169,8 +165,25 @@ def _plan(tree, loop: ast.For, local: Dict[str, object], by_index: bool) -> _Pla
             raise NotLiftable(f"it carries '{name}', which is a {type(local[name]).__name__} before the loop, "
                               f"not a tensor")
     _check_in_place(loop, plan, local)
-    _check_after(tree, loop, plan, stored - set(plan.carries))
+    plan.aliases = _last_values(loop, plan.carries, stored)
+    _check_after(tree, loop, plan, stored - set(plan.carries) - set(plan.aliases))
     return plan
+
+
+def _last_values(loop: ast.For, carries: List[str], stored) -> Dict[str, str]:
+    """``h = h_t`` at the body's top level, ``h`` carried and ``h_t`` bound in the body, neither bound again after
+    it: after the loop ``h_t`` holds the last step's value, which is ``h``'s final state (a cell's code reading
+    its last ``c_t`` after the loop). Such temporaries -> their carry."""
+    found = {}
+    for stmt in loop.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Name)):
+            continue
+        carry, temp = stmt.targets[0].id, stmt.value.id
+        later = {n.id for n in _names(loop.body, ast.Store) if n.lineno > (stmt.end_lineno or stmt.lineno)}
+        if carry in carries and temp in stored and temp not in carries and not {carry, temp} & later:
+            found[temp] = carry
+    return found
 
 
 def _check_in_place(loop: ast.For, plan: _Plan, local: Dict[str, object]) -> None:
@@ -326,6 +339,16 @@ def _same(before: torch.Tensor, after):
     return after.to(before.dtype) if isinstance(after, torch.Tensor) else after
 
 
+def _fit(slot: torch.Tensor, value):
+    """What ``buf[..., t, ...] = value`` writes: ``value`` broadcast to the slot, in the buffer's dtype (leading
+    dims of size 1 dropped, as an assignment does): the step's output, stacked and stored after the scan."""
+    value = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    extra = value.dim() - slot.dim()
+    if extra > 0:
+        value = value.reshape(value.shape[extra:])
+    return value.to(slot.dtype).expand(slot.shape)
+
+
 def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef:
     """``make(free...) -> step(carry, x_t) -> (carry, outputs)``: the model's locals the body reads are the
     step's closure (as globals, dynamo's guards would look them up in the model's module)."""
@@ -337,11 +360,14 @@ def _step_source(loop: ast.For, plan: _Plan, free: List[str]) -> ast.FunctionDef
                                                  stmt.value.args[0]), stmt)
         elif ast.unparse(stmt) in stored_at:  # a store at the step's index: the step's output, written after
             k = len(plan.lists) + stored_at.index(ast.unparse(stmt))
-            stmt = ast.copy_location(ast.Assign([ast.Name(f"__oc_y_{k}", ast.Store())], stmt.value), stmt)
+            slot = ast.parse(ast.unparse(stmt.targets[0]), mode="eval").body  # the target read: the slot
+            ast.copy_location(slot, stmt)
+            fitted = ast.Call(ast.Name("__oc_fit", ast.Load()), [slot, stmt.value], [])
+            stmt = ast.copy_location(ast.Assign([ast.Name(f"__oc_y_{k}", ast.Store())], fitted), stmt)
         body.append(stmt)
     carries, outs = "".join(c + ", " for c in plan.carries), "".join(
         f"__oc_y_{k}, " for k in range(len(plan.lists) + len(plan.stores)))
-    src = (f"def __oc_make(__oc_take, __oc_same, {value_branches.WHERE}, {''.join(f + ', ' for f in free)}):\n"
+    src = (f"def __oc_make(__oc_take, __oc_same, __oc_fit, {value_branches.WHERE}, {''.join(f + ', ' for f in free)}):\n"
            f"    def __oc_step(__oc_carry, __oc_x):\n        {ast.unparse(loop.target)} = __oc_x\n"
            f"        ({carries}) = __oc_carry\n        pass\n        return ({carries}), ({outs})\n"
            f"    return __oc_step\n")
@@ -373,8 +399,21 @@ def _step_function(loop: ast.For, plan: _Plan, frame, local: Dict[str, object], 
     # tensors the step reads detached, as its carries are (lift): a closure that needs grad has the export keep
     # scan's autograd form, whose re-run by torch.onnx's type promotion stacks a SymInt ("'SymInt' object has no
     # attribute 'unsqueeze'", mambapy's deltaA[:, t] under export()'s autograd); an export needs no gradient
-    return made["__oc_make"](_take, _same, value_branches.where_of, *(local[f].detach() if isinstance(local[f], torch.Tensor) else local[f]
-                                             for f in free))
+    return made["__oc_make"](_take, _same, _fit, value_branches.where_of, *(_closed(local[f]) for f in free))
+
+
+def _closed(value):
+    """A local the step reads, or a carry's first value: a tensor detached (a strided view densely copied); pieces of one row each cut before the loop (``x.split(1, d)``,
+    ``x.chunk(T, d)``: ``fixed_pieces.py``) as the one tensor whose index ``t`` is piece ``t`` (a copy: pieces cut
+    from one tensor, ``u0 = U[..., 0].chunk(T)`` beside ``u1 = U[..., 1].chunk(T)``, alias, which scan refuses:
+    "Encountered aliasing during higher order op tracing")."""
+    if isinstance(value, fixed_pieces.Pieces) and value.per_step() is not None:
+        return value.per_step().detach().clone()  # its own: views of one tensor as a scan's inputs are refused
+    if isinstance(value, torch.Tensor) and value._is_view() and not isinstance(value, torch.nn.Parameter):
+        # a strided view (sru's x_prime = U[..., 3]) handed to the step's trace fails in torch's fake copy of it
+        # ("vr must not be None for symbol s1", torch 2.13): the step reads a dense copy
+        return value.detach().clone(memory_format=torch.contiguous_format)
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _fresh(values) -> Tuple[torch.Tensor, ...]:
@@ -410,16 +449,41 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
     steps_in = (gate.indices, gate.valid) if gate is not None else tuple(x.detach() for x in xs) \
         if isinstance(xs, tuple) else xs.detach()  # detached as the carries and closures (_step_function)
-    final, ys = scan_traces.scanned(lambda branches: _combine(_step_function(loop, plan, frame, local, branches), gate),
-                         tuple(local[c].detach() for c in plan.carries), steps_in)
-    _write_back(frame, dict(zip(plan.carries, final)))
+    final, ys = _scanned(lambda branches: _step_function(loop, plan, frame, local, branches), gate,
+                         tuple(_closed(local[c]) for c in plan.carries), steps_in)
+    carried = dict(zip(plan.carries, final))
+    _write_back(frame, dict(carried, **{temp: carried[carry] for temp, carry in plan.aliases.items()}))
     site = f"{frame.f_code.co_filename}:{loop.lineno}"
-    ys = [y if gate is None else y[:gate.count] for y in ys]
     for name, y in zip(plan.lists, ys):
         local[name].append(StackedSteps(y, site))
     steps = gate.indices[:gate.count] if gate is not None else xs[0] if isinstance(xs, tuple) else xs
     for stmt, y in zip(plan.stores, ys[len(plan.lists):]):
         _store_steps(frame, stmt, plan.index, steps, y)
+
+
+def _scanned(step_with, gate, carries, steps_in):
+    """The final state and every step's outputs (cut to a gated range's count). A state that changes its shape
+    or dtype on the first step (``h`` made ``[B, H]`` before the loop, ``[1, B, H]`` by the step's broadcasting)
+    is no scan's carry: that step runs before the scan, exactly as the loop's first iteration, and the scan
+    carries the state it leaves over the rest."""
+    try:
+        final, ys = scan_traces.scanned(lambda branches: _combine(step_with(branches), gate), carries, steps_in)
+        return final, [y if gate is None else y[:gate.count] for y in ys]
+    except scan_traces.CarryChanges as changed:
+        if gate is not None:
+            raise NotLiftable(f"its carried state {changed} on the first step, and its range starts past 0") from None
+    first = torch.utils._pytree.tree_map(lambda s: s[0], steps_in)
+    carries, outs = _combine(step_with(frozenset()), None)(carries, first)
+    size = torch.utils._pytree.tree_leaves(steps_in)[0].shape[0]
+    at = torch.arange(1, torch.sym_max(size, 2))
+    rest = torch.utils._pytree.tree_map(lambda s: s.index_select(0, at.clamp(max=size - 1)), steps_in)
+    gate = GatedSteps(rest, at < size, torch.sym_max(size - 1, 0))
+    try:
+        final, ys = scan_traces.scanned(lambda branches: _combine(step_with(branches), gate), carries,
+                                        (rest, gate.valid))
+    except scan_traces.CarryChanges as changed:
+        raise NotLiftable(f"its carried state {changed} at every step, so no scan can carry it") from None
+    return final, [torch.cat([o.unsqueeze(0), y[:gate.count]]) for o, y in zip(outs, ys)]
 
 
 def _combine(step, gate):
@@ -456,66 +520,6 @@ class _Renamed(ast.NodeTransformer):
 
     def visit_Name(self, node):
         return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
-
-
-_REORDERING = ("reversed", "list", "tuple", "sorted", "enumerate", "zip", "iter", "map", "filter")
-
-
-def check_unbound(loop: Optional[ast.For], via_iter: bool) -> bool:
-    """The loop steps through the unbound tensor itself, in order: ``for x_t in x.unbind(d)`` (or
-    ``torch.unbind``), or a tensor iterated as it is (``for row in x``, ``for row in self.f(x)``), possibly
-    numbered by ``enumerate()`` without a start (True: the steps come with their index). A Python sequence
-    made of it first (``reversed(x.unbind(1))``, ``x.unbind(1)[::-1]``, ``list(x)``) may reorder it."""
-    if loop is None:
-        raise NotLiftable("its source is not a 'for' statement on that line")
-    enumerated = _enumerated(loop)
-    it = loop.iter.args[0] if enumerated else loop.iter
-    if isinstance(it, ast.Call) and (isinstance(it.func, ast.Attribute) and it.func.attr == "unbind"):
-        return enumerated
-    if via_iter and (isinstance(it, (ast.Name, ast.Attribute)) or isinstance(it, ast.Call) and not (
-            isinstance(it.func, ast.Name) and it.func.id in _REORDERING)):
-        return enumerated
-    raise NotLiftable(f"its iterable {ast.unparse(it)} is not the unbound tensor "
-                      f"itself (x.unbind(d), or the tensor iterated as it is)")
-
-
-def scanned_range(loop: Optional[ast.For], size) -> torch.Tensor:
-    """``for t in range(size)``: the steps are the indices 0..size-1 (``t`` a 0-d tensor in the step);
-    ``range(start, size)`` with a constant start (a forward algorithm's ``range(1, T)``): start..size-1."""
-    if loop is None:  # sru's naive path: time_seq = range(length) if di == 0 else ..., then for t in time_seq
-        raise NotLiftable("range() is not taken on a 'for' line: a range bound to a name first (seq = range(n); "
-                          "for t in seq) is not lifted; write range(n) in the for statement")
-    it = loop.iter
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
-        raise NotLiftable("its iterable is not range(size) or range(start, size) with a constant start")
-    start = it.args[0] if len(it.args) == 2 else None
-    if isinstance(start, ast.Constant) and type(start.value) is int and start.value > 0:
-        return GatedSteps.of_range(start.value, size)
-    if isinstance(start, ast.Constant) and start.value == 0:
-        return torch.arange(size)
-    if len(it.args) != 1:  # chunks or a stride: its steps were not proven the same at every size
-        raise NotLiftable(f"its iterable {ast.unparse(it)} steps through the dim, and its steps were not proven "
-                          f"the same at every size (as range(0, n, n) is: one step); chunks of a fixed size over a "
-                          f"dynamic length are cut with tensor ops over the whole dim (pad it to a multiple of the "
-                          f"chunk, then x.unfold(dim, chunk, stride) or a reshape to [..., count, chunk])")
-    return torch.arange(size)
-
-
-@dataclass
-class GatedSteps:
-    """The steps of ``range(start, size)`` with a constant ``start > 0``: none where ``size <= start`` (at T=1
-    for a forward algorithm's ``range(1, T)``), and ONNX Runtime's ``Scan`` fails on a scan input of length 0
-    ("Invalid dim0_offset of 0. Dimension 0 is 0", measured on ORT 1.32). So the scan runs at least one step:
-    past the range's end that step reads index ``size - 1``, keeps the carried state as it was (``valid``)
-    and its outputs are cut to ``count`` steps."""
-    indices: torch.Tensor
-    valid: torch.Tensor
-    count: object  # an int or a SymInt
-
-    @classmethod
-    def of_range(cls, start: int, size) -> "GatedSteps":
-        steps = torch.arange(start, torch.sym_max(size, start + 1))
-        return cls(steps.clamp(max=size - 1), steps < size, torch.sym_max(size - start, 0))
 
 
 class StackedSteps:

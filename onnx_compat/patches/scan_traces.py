@@ -29,12 +29,27 @@ def scanned(combine_with, carries, steps_in):
             except (UnsupportedPattern, NotLiftable):
                 raise
             except Exception as error:  # the body could not be traced as a step: refused, naming why
+                if _CHANGED in str(error):
+                    raise CarryChanges(_changed(str(error))) from error
                 site = _value_branch(error)
                 why = "" if site is None else _take_as_where(site, branches, swaps)
                 if site is None or why:
                     raise NotLiftable(f"its body does not trace as a scan step ({_step_failure(error)}{why})") \
                         from error
     raise NotLiftable(f"its step branches on tensor values at more than {value_branches.BRANCHES} places")
+
+
+_CHANGED = "Expected init and carry to have same metadata"
+
+
+class CarryChanges(Exception):
+    """The step's new state differs from the state it was given (shape, dtype): no scan carries it as it is."""
+
+
+def _changed(text: str) -> str:
+    """torch's "pair[0] differ in 'shape: torch.Size([2, 3]) vs torch.Size([1, 2, 3])', ..." as "changes (...)"."""
+    found = re.search(r"pair\[(\d+)\] differ in '([^']*)'", text)
+    return f"changes ({found.group(2)}, carry {found.group(1)})" if found else "changes its shape or dtype"
 
 
 def _take_as_where(site, branches: set, swaps: contextlib.ExitStack) -> str:

@@ -15,8 +15,9 @@ torch.onnx then reports it as the capture's error, as before, only without the r
 
 The non-strict attempt is also where a branch on a tensor's value stops the capture (``checks.py`` raises
 ``DataDependentBranch`` at the model's line): one whose sides only bind names is captured again with that
-``if`` as ``torch.where`` of both sides (``value_branches.captured``), so this wrapper is the one hook on
-torch.onnx's non-strict capture.
+``if`` as ``torch.where`` of both sides, and a ``range`` of a dynamic size bound to a name before its ``for``
+is captured again with the range written in the ``for`` (``source_rewrites.captured``, the rules in ``REWRITES``),
+so this wrapper is the one hook on torch.onnx's non-strict capture.
 """
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ from onnx_compat.errors import UnsupportedPattern, raised_from
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
-from . import value_branches
+from . import range_names, source_rewrites, value_branches
+
+# what the non-strict capture answers by running again with the model's function rewritten at the line it names
+REWRITES = (value_branches.RULE, range_names.RULE)
 
 _NAME = "refusals_end_capture"
 _STRATEGIES = "torch.onnx._internal.exporter._capture_strategies"
@@ -50,7 +54,7 @@ def _capture(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     _last.refusal = None
     try:  # a branch on a tensor's value whose sides only bind names is traced as torch.where of both sides
-        result, taken = value_branches.captured(lambda: wrapped(*args, **kwargs))
+        result, taken = source_rewrites.captured(lambda: wrapped(*args, **kwargs), REWRITES)
     except Exception as exc:
         _last.refusal = refusal_in(exc)
         idle(_NAME)

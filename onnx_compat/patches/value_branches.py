@@ -14,8 +14,9 @@ binds names (``name = expression``, the same names on both sides), the branch is
 sides and choosing each name with ``torch.where(cond, a, b)``: what the eager model computes at every step,
 whichever side it takes. So when a step's trace stops at such a branch, the function holding it runs, for
 the scan's trace only, with that ``if`` written so (its source parsed, the branch replaced, compiled with
-its own line numbers), and the scan is traced again; its original code is back as soon as the scan is
-captured, and the eager model never runs the rewritten one.
+its own line numbers: ``source_rewrites.py``, whose ``Rule`` this is), and the scan is traced again; its
+original code is back as soon as the scan is captured, and the eager model never runs the rewritten one. The
+same rule answers a branch outside loops, at torch.onnx's non-strict capture (``strict_retry.py``).
 
 Only the ``if`` torch named is rewritten, never one whose test is a Python value (which the rewrite would
 turn into evaluating both sides), and only when both sides are plain assignments to the same names with
@@ -24,14 +25,13 @@ no call of an in-place method (``x.add_(1)``): anything else keeps the refusal, 
 from __future__ import annotations
 
 import ast
-import contextlib
-import gc
-import inspect
-import textwrap
-import types
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import torch
+
+from onnx_compat.errors import DataDependentBranch
+
+from . import source_rewrites
 
 WHERE = "__onnx_compat_where__"
 BRANCHES = 8  # value branches taken as torch.where in one trace before it gives up
@@ -116,101 +116,20 @@ class Select(ast.NodeTransformer):
         return selected(node, node.lineno)
 
 
-def _functions_at(filename: str, line: int, name: str) -> List[types.FunctionType]:
-    """The function objects whose code is ``name`` in ``filename`` around ``line`` (closures made by several
-    calls share one code object; every one gets the rewrite)."""
-    found = [o for o in gc.get_objects() if type(o) is types.FunctionType and o.__code__.co_name == name
-             and o.__code__.co_filename == filename
-             and o.__code__.co_firstlineno <= line <= max((ln for _, _, ln in o.__code__.co_lines() if ln), default=0)]
-    innermost = max((f.__code__.co_firstlineno for f in found), default=None)
-    return [f for f in found if f.__code__.co_firstlineno == innermost]
-
-
-def _recompiled(fn: types.FunctionType, lines: frozenset, line: int) -> Tuple[Optional[types.CodeType], str]:
-    """``fn``'s code with the ``if`` at each of ``lines`` as ``torch.where``; None and why ``line`` cannot be."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as error:
-        return None, f"its source cannot be read ({error})"
-    tree = ast.parse(source)
-    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
-    definition = tree.body[0]
-    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None, "its source is not a function definition"
-    definition.decorator_list = []
+def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
+    """The ``if`` at each of ``lines`` as ``torch.where``; the lines that could not be, with why."""
     select = Select(lines)
     select.visit(definition)
-    if line not in select.done:
-        return None, select.refused.get(line, "no 'if' statement starts on that line")
-    ast.fix_missing_locations(tree)
-    made: Dict[str, object] = {}
-    exec(compile(tree, fn.__code__.co_filename, "exec"), dict(fn.__globals__), made)
-    code = made[definition.name].__code__
-    if code.co_freevars != fn.__code__.co_freevars:
-        return None, "it reads names of an enclosing function"
-    return code, ""
+    return {line: select.refused.get(line, "no 'if' statement starts on that line")
+            for line in lines if line not in select.done}
 
 
-_taken: Dict[Tuple[str, int, str], frozenset] = {}  # a function's lines now taken as where, by (file, first line, name)
+RULE = source_rewrites.Rule("where", DataDependentBranch, _rewrite, "as torch.where of its sides",
+                            {WHERE: where_of})
 
 
-@contextlib.contextmanager
-def chosen_by_where(filename: str, line: int, name: str) -> Iterator[Optional[str]]:
+def chosen_by_where(filename: str, line: int, name: str):
     """While the block runs, the function ``name`` at ``filename:line`` takes that line's ``if`` as
     ``torch.where`` (beside the lines an enclosing block took already); yields None when it does, else why
     not (nothing changed)."""
-    fns = _functions_at(filename, line, name)
-    if not fns:
-        yield f"no function {name} of {filename} holding line {line} is loaded"
-        return
-    key = (filename, fns[0].__code__.co_firstlineno, name)
-    before = _taken.get(key, frozenset())
-    code, why = _recompiled(fns[0], before | {line}, line)
-    if code is None:
-        yield why
-        return
-    undo = [(fn, fn.__code__, WHERE not in fn.__globals__) for fn in fns]
-    try:
-        _taken[key] = before | {line}
-        for fn in fns:
-            fn.__globals__[WHERE] = where_of
-            fn.__code__ = code
-        yield None
-    finally:
-        _taken[key] = before
-        if not before:
-            del _taken[key]
-        for fn, old, added in undo:
-            fn.__code__ = old
-            if added:
-                fn.__globals__.pop(WHERE, None)
-
-
-def _branch_in(exc: BaseException):
-    """The ``DataDependentBranch`` (``checks.py``) that ``exc`` is or was raised from, else None."""
-    from onnx_compat.errors import DataDependentBranch, raised_from
-    return raised_from(exc, DataDependentBranch)
-
-
-def captured(capture: Callable[[], object]) -> Tuple[object, int]:
-    """``capture()`` (torch.onnx's non-strict ``torch.export``), again with each branch on a tensor's value it
-    stopped at taken as ``torch.where`` of its sides, for as long as the capture runs (the graph it returns
-    holds no Python); returns the result and how many branches were so taken. A branch that cannot be has
-    the reason added to its error, which is raised as it came."""
-    taken: List[Tuple[str, int, str]] = []
-    with contextlib.ExitStack() as swaps:
-        while True:
-            try:
-                return capture(), len(taken)
-            except Exception as exc:
-                branch = _branch_in(exc)
-                if branch is None or not branch.function or len(taken) >= BRANCHES:
-                    raise
-                filename, _, line = branch.where.rpartition(":")
-                site = (filename, int(line), branch.function)
-                why = "taken as torch.where, it still stopped the trace" if site in taken else \
-                    swaps.enter_context(chosen_by_where(*site))
-                if why is not None:
-                    branch.args = (f"{branch.args[0]} (not as torch.where of its sides: {why})",)
-                    raise
-                taken.append(site)
+    return source_rewrites.rewritten((filename, line, name), RULE)

@@ -1,0 +1,69 @@
+"""Small models of recurrences written as sru's naive CPU path writes them (``sru/ops.py:206-248``), issue #47.
+
+Both directions of a bidirectional cell over time-major ``[T, B, D]``, each step's inputs cut before the loop as
+``.chunk(T)`` (pieces of one step each, indexed ``u[t]``), the backward direction as ``range(T - 1, -1, -1)`` or
+``reversed(range(T))``, the state made ``[B, D]`` before the loop and ``[1, B, D]`` by the step's broadcasting,
+each step's output stored ``h[t, :, d, :] = h_t`` and the last ``c_t`` read after the loop. ``BoundRangeCell`` binds
+the range to a name first (``seq = range(T) if d == 0 else range(T - 1, -1, -1)``, then ``for t in seq``).
+"""
+import torch
+from torch import nn
+
+
+class TwoWayCell(nn.Module):
+    """sru's recurrence with ``range`` on the ``for`` line: forward ``range(T)``, backward ``range(T - 1, -1, -1)``."""
+
+    def __init__(self, d: int = 8, backward: str = "counts_down"):
+        super().__init__()
+        self.proj = nn.Linear(d, 2 * 3 * d)
+        self.forget_w = nn.Parameter(torch.randn(2, d) * 0.5)
+        self.d, self.backward = d, backward
+
+    def forward(self, x):  # x: [B, T, D]
+        x = x.transpose(0, 1)
+        T, B, d = x.shape[0], x.shape[1], self.d
+        U = self.proj(x).view(T, B, 2, d, 3)
+        h = x.new_zeros(T, B, 2, d)
+        last = []
+        for di in range(2):
+            c_prev = x.new_zeros(B, d)
+            u0 = U[:, :, di, :, 0].chunk(T)
+            u1 = (U[:, :, di, :, 1] + 0.5).chunk(T)
+            u2 = U[:, :, di, :, 2].chunk(T)
+            fw = self.forget_w[di].expand(B, d)
+            counts_down = self.backward == "counts_down"
+            for t in (range(T) if di == 0 else range(T - 1, -1, -1) if counts_down else reversed(range(T))):
+                forget_t = (u1[t] + c_prev * fw).sigmoid()
+                c_t = u0[t] + (c_prev - u0[t]) * forget_t
+                c_prev = c_t
+                h_t = c_t.tanh() * u2[t].sigmoid()
+                h[t, :, di, :] = h_t
+            last.append(c_t.view(B, d))
+        return h.view(T, B, -1).transpose(0, 1), torch.stack(last, dim=1).view(B, -1)
+
+
+class BoundRangeCell(nn.Module):
+    """The same recurrence with the range bound to a name before the loop, as sru writes it."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.proj = nn.Linear(d, 2 * 2 * d)
+        self.d = d
+
+    def forward(self, x):  # x: [B, T, D]
+        x = x.transpose(0, 1)
+        length, batch, d = x.shape[0], x.shape[1], self.d
+        U = self.proj(x).view(length, batch, 2, d, 2)
+        h = x.new_zeros(length, batch, 2, d)
+        c_final = []
+        for di in range(2):
+            time_seq = range(length) if di == 0 else range(length - 1, -1, -1)
+            c_prev = x.new_zeros(batch, d)
+            u0 = U[:, :, di, :, 0].chunk(length)
+            u1 = U[:, :, di, :, 1].chunk(length)
+            for t in time_seq:
+                c_t = u0[t] + (c_prev - u0[t]) * u1[t].sigmoid()
+                c_prev = c_t
+                h[t, :, di, :] = c_t.tanh()
+            c_final.append(c_t.view(batch, d))
+        return h.view(length, batch, -1).transpose(0, 1), torch.stack(c_final, dim=1).view(batch, -1)
