@@ -43,27 +43,35 @@ class TwoWayCell(nn.Module):
 
 
 class BoundRangeCell(nn.Module):
-    """The same recurrence with the range bound to a name before the loop, as sru writes it."""
+    """The same recurrence with the range bound to a name before the loop, as sru writes it; its initial state
+    and skip input are strided views (``c_init[:, di, :]``, ``U[..., 2]``), as sru's are."""
 
     def __init__(self, d: int = 8):
         super().__init__()
-        self.proj = nn.Linear(d, 2 * 2 * d)
+        self.proj = nn.Linear(d, 2 * 3 * d)
         self.d = d
 
     def forward(self, x):  # x: [B, T, D]
         x = x.transpose(0, 1)
         length, batch, d = x.shape[0], x.shape[1], self.d
-        U = self.proj(x).view(length, batch, 2, d, 2)
+        U = self.proj(x).view(length, batch, 2, d, 3)
+        x_prime = U[..., 2]
+        c_init = torch.stack([x[0], -x[0]], dim=1) * 0.1  # [B, 2, D]
         h = x.new_zeros(length, batch, 2, d)
         c_final = []
         for di in range(2):
             time_seq = range(length) if di == 0 else range(length - 1, -1, -1)
-            c_prev = x.new_zeros(batch, d)
+            c_prev = c_init[:, di, :]
             u0 = U[:, :, di, :, 0].chunk(length)
             u1 = U[:, :, di, :, 1].chunk(length)
+            xp = x_prime[:, :, di, :].chunk(length)
             for t in time_seq:
                 c_t = u0[t] + (c_prev - u0[t]) * u1[t].sigmoid()
                 c_prev = c_t
-                h[t, :, di, :] = c_t.tanh()
+                if x_prime is not None:
+                    h_t = xp[t] + c_t.tanh()
+                else:
+                    h_t = c_t.tanh()
+                h[t, :, di, :] = h_t
             c_final.append(c_t.view(batch, d))
         return h.view(length, batch, -1).transpose(0, 1), torch.stack(c_final, dim=1).view(batch, -1)
