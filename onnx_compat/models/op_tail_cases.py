@@ -32,6 +32,8 @@ class Pointwise(nn.Module):
         if self.op == "logcumsumexp":  # minGRU's log-space scan: a prefix far below the running maximum
             log_a = torch.cumsum(-F.softplus(x), dim=1)
             return torch.exp(log_a + torch.logcumsumexp(x - log_a, dim=1)) + x.logcumsumexp(2)
+        if self.op == "peak":  # a peak normalisation: the largest magnitude of the whole tensor, no dim
+            return x / x.abs().amax() + torch.amin(x, keepdim=True)
         if self.op == "adaptive_avg":
             return F.adaptive_avg_pool1d(x.transpose(1, 2), 5).transpose(1, 2)
         if self.op == "adaptive_max":
@@ -141,6 +143,7 @@ CASES = [
     _case("diff", lambda: Pointwise("diff"), {"torchscript": "aten::diff"}),
     _case("logcumsumexp", lambda: Pointwise("logcumsumexp"), {"torchscript": "aten::logcumsumexp"},
           exporters=("torchscript",)),  # dynamo writes it
+    _case("amax_amin_all", lambda: Pointwise("peak"), {"dynamo": "Required parameter 'dim' is not provided"}),
     # TorchScript's Div truncates negative quotients; dynamo's floor_divide translation takes no number first
     _case("floor_divide", FloorDivision, {"torchscript": "mismatch", "dynamo": "aten_floor_divide"}),
     _case("rms_norm", lambda: Norms("rms_norm"), {"torchscript": "aten::rms_norm"}, skip=_no_rms_norm),

@@ -31,6 +31,11 @@ Each failure measured on torch 2.13.
     underflow to ``-inf`` while the values along ``dim`` span less than ~700.
 
 The dynamo exporter writes the last four right, so they act under TorchScript only.
+
+``amax_amin_all``
+    ``x.amax()`` / ``x.amin()`` with no dim (a peak normalisation, ``y / y.abs().amax()``): the dynamo exporter
+    fails to translate it ("Required parameter 'dim' is not provided", onnxscript's ``aten_amax``; measured on
+    torch 2.13); TorchScript writes it. Every dim named is the same reduction.
 """
 from __future__ import annotations
 
@@ -119,6 +124,17 @@ def logcumsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
     return (torch.log(torch.cumsum(torch.exp(wide - top), dim)) + top).to(x.dtype)
 
 
+def reduce_all(wrapped, instance, args, kwargs):
+    """``amax``/``amin`` over no dim given: over every dim, named (a 0-d input is its own maximum). ``amax`` is
+    ``padded_lengths``' target too (the longest of a lengths input), which hands it here for any other tensor."""
+    bound = tensor_call(instance, args, kwargs, ("input", "dim", "keepdim"), {"dim": (), "keepdim": False})
+    x = None if bound is None else bound["input"]
+    reduce = {"amax": torch.amax, "amin": torch.amin}.get(wrapped.__name__)
+    if reduce is None or not isinstance(x, torch.Tensor) or bound["dim"] not in ((), []) or x.dim() == 0:
+        return wrapped(*args, **kwargs)
+    return reduce(x, dim=tuple(range(x.dim())), keepdim=bound["keepdim"])
+
+
 def _logcumsumexp(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input", "dim"))
     if b is None or not isinstance(b["dim"], int) or not b["input"].is_floating_point() or b["input"].dim() == 0:
@@ -199,6 +215,15 @@ register(Patch(
     targets=("torch:logcumsumexp", "torch:Tensor.logcumsumexp"),
     wrapper=_logcumsumexp,
     when="torchscript",
+))
+
+register(Patch(
+    name="amax_amin_all",
+    description="amax()/amin() with no dim export under dynamo (every dim named: onnxscript's aten_amax takes no "
+                "default dim)",
+    targets=("torch:amin", "torch:Tensor.amin"),  # amax: through padded_lengths, which wraps it (lengths.py)
+    wrapper=reduce_all,
+    when="dynamo",
 ))
 
 register(Patch(

@@ -49,6 +49,7 @@ import torch
 from onnx_compat.errors import SpecError
 from onnx_compat.patches.registry import Patch, register
 from .loops import _listed, called_name
+from .arithmetic import reduce_all
 from .recurrent import _refuse
 from .when import any_exporting, dynamo_exporting, torchscript_exporting
 from ._derived_lengths import Derived, Follow
@@ -200,7 +201,7 @@ def _reduction(wrapped, instance, args, kwargs):
     rest = args if instance is not None else args[1:]
     entry = _entry(lengths)
     if entry is None or rest or kwargs:
-        return wrapped(*args, **kwargs)
+        return _other_tensor(wrapped, instance, args, kwargs)
     frame = model_frame()
     return _maximum(entry, lengths, frame)
 
@@ -393,9 +394,17 @@ def padded_size_of(tensor: torch.Tensor):
     return tensor if any(size is tensor for _, size in _padded.values()) else None
 
 
+def _other_tensor(wrapped, instance, args, kwargs):
+    """A call on a tensor that is no lengths input: as it is, but ``amax()`` with no dim, which the dynamo exporter
+    cannot translate, has its dims named (``arithmetic.reduce_all``; this patch owns the ``amax`` targets)."""
+    if wrapped.__name__ == "amax" and dynamo_exporting():
+        return reduce_all(wrapped, instance, args, kwargs)
+    return wrapped(*args, **kwargs)
+
+
 def _padded_lengths(wrapped, instance, args, kwargs):
     if not _declared:
-        return wrapped(*args, **kwargs) if wrapped.__name__ != "__iter__" else \
+        return _other_tensor(wrapped, instance, args, kwargs) if wrapped.__name__ != "__iter__" else \
             said_at(model_frame(), wrapped, *args, **kwargs)
     name = wrapped.__name__
     if name == "new":
@@ -412,7 +421,8 @@ def _padded_lengths(wrapped, instance, args, kwargs):
 register(Patch(
     name="padded_lengths",
     description="the longest of a declared lengths input (lengths.max().item(), max(lengths), "
-                "max(lengths.tolist())) is read as the padded dim while exporting, not the example's number",
+                "max(lengths.tolist())) is read as the padded dim while exporting, not the example's number; "
+                "amax() of any other tensor with no dim has its dims named under dynamo (amax_amin_all's rule)",
     # item() and tolist() are constant_values' targets, which hands them to ``read`` first
     targets=("torch:max", "torch:amax", "torch:Tensor.max", "torch:Tensor.amax", "torch:Tensor.__iter__",
              "torch:maximum", "torch:Tensor.new"),
