@@ -93,14 +93,24 @@ class UnsupportedPattern(OnnxCompatError, NotImplementedError):
     user reads first, never mistaken for a patch that broke (``first_cause``)."""
 
 
-class RangeBoundToName(UnsupportedPattern):
-    """``seq = range(n)`` of a dynamic size, iterated by a later ``for t in seq``: refused where the range is made
-    (``where``: the model's file:line, ``function``: the code's name), which the capture answers by writing the
-    range in the ``for`` (``patches/range_names.py``) so that the loop can run as a scan."""
+class RewriteAsked(UnsupportedPattern):
+    """A form that stops the dynamo capture only for how it is written, refused at ``where`` (the model's
+    file:line) in ``function`` (the code's name); the capture answers it by running again with that function's
+    source rewritten there (``patches/source_rewrites.py``), and raises it as it is where it cannot be."""
 
     def __init__(self, message: str, where: str, function: str) -> None:
         super().__init__(message)
         self.where, self.function = where, function
+
+
+class RangeBoundToName(RewriteAsked):
+    """``seq = range(n)`` of a dynamic size, iterated by a later ``for t in seq``: the range is written in the
+    ``for`` (``patches/range_names.py``) so that the loop can run as a scan."""
+
+
+class SizeBranch(RewriteAsked):
+    """``if <size condition>: x = F.pad(x, widths)``: the pad is made at every size, by zero where the condition
+    is false (``patches/size_branches.py``), not the example's side at every size."""
 
 
 class SpectralError(OnnxCompatError, RuntimeError):

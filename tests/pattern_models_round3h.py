@@ -75,3 +75,28 @@ class BoundRangeCell(nn.Module):
                 h[t, :, di, :] = h_t
             c_final.append(c_t.view(batch, d))
         return h.view(length, batch, -1).transpose(0, 1), torch.stack(c_final, dim=1).view(batch, -1)
+
+
+class PadToMultiple(nn.Module):
+    """A strided encoder that pads the time to a multiple of its stride only when it is not one, as torchaudio's
+    HDemucs writes it (``_hdemucs.py:158``: ``if not le % self.stride == 0: x = F.pad(...)``), or with the width
+    computed first (``if pad > 0:``) or the remainder's truth (``if le % k:``)."""
+
+    def __init__(self, form: str = "hdemucs"):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 4, 8, stride=4)
+        self.stride, self.form = 4, form
+
+    def forward(self, x):  # [B, 2, T]
+        le = x.shape[-1]
+        if self.form == "hdemucs":
+            if not le % self.stride == 0:
+                x = nn.functional.pad(x, (0, self.stride - (le % self.stride)))
+        elif self.form == "width_first":
+            pad = (self.stride - le % self.stride) % self.stride
+            if pad > 0:
+                x = nn.functional.pad(x, (0, pad))
+        else:
+            if le % self.stride:
+                x = nn.functional.pad(x, (0, self.stride - le % self.stride), value=0.5)
+        return self.conv(x)
