@@ -32,6 +32,9 @@ class Pointwise(nn.Module):
         if self.op == "logcumsumexp":  # minGRU's log-space scan: a prefix far below the running maximum
             log_a = torch.cumsum(-F.softplus(x), dim=1)
             return torch.exp(log_a + torch.logcumsumexp(x - log_a, dim=1)) + x.logcumsumexp(2)
+        if self.op == "eps_guard":  # an envelope's guard, x / (y + 1e-8), where y is exactly 0 (an iSTFT's edges)
+            y = F.relu(x)
+            return x / (y + 1e-8) * (y > 0) + y / (y + 1e-8)
         if self.op == "peak":  # a peak normalisation: the largest magnitude of the whole tensor, no dim
             return x / x.abs().amax() + torch.amin(x, keepdim=True)
         if self.op == "adaptive_avg":
@@ -143,6 +146,7 @@ CASES = [
     _case("diff", lambda: Pointwise("diff"), {"torchscript": "aten::diff"}),
     _case("logcumsumexp", lambda: Pointwise("logcumsumexp"), {"torchscript": "aten::logcumsumexp"},
           exporters=("torchscript",)),  # dynamo writes it
+    _case("eps_guard", lambda: Pointwise("eps_guard"), {"dynamo": "nan"}, exporters=("dynamo",)),  # TS: no rewriter
     _case("amax_amin_all", lambda: Pointwise("peak"), {"dynamo": "Required parameter 'dim' is not provided"}),
     # TorchScript's Div truncates negative quotients; dynamo's floor_divide translation takes no number first
     _case("floor_divide", FloorDivision, {"torchscript": "mismatch", "dynamo": "aten_floor_divide"}),

@@ -38,5 +38,6 @@ from onnx_compat.patches import fixed_pieces  # noqa: F401
 from onnx_compat.patches import autograd_in_forward  # noqa: F401
 from onnx_compat.patches import range_guards  # noqa: F401
 from onnx_compat.patches import size_branches  # noqa: F401
+from onnx_compat.patches import exact_identities  # noqa: F401
 from onnx_compat.patches import strict_retry  # noqa: F401
 from onnx_compat.patches import complex_linalg  # noqa: F401
