@@ -338,3 +338,8 @@ def reraise_interrupt(exc: BaseException) -> None:
 class NotLiftable(OnnxCompatError):
     """Why a Python loop over a dynamic dim is not run as a scan (``patches.scan_loops``); caught there and said in
     the loop's line-naming refusal, so a user meets it only as that refusal's reason."""
+
+
+class CarryChanges(NotLiftable):
+    """A lifted loop's step gives a state of another shape or dtype than it was given: no scan carries it as it
+    is (``patches/scan_loops.lift`` runs the first step before the scan; uncaught, a refusal saying so)."""

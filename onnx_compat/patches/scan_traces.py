@@ -11,7 +11,7 @@ import contextlib
 import re
 from typing import Optional, Tuple
 
-from onnx_compat.errors import NotLiftable, UnsupportedPattern
+from onnx_compat.errors import CarryChanges, NotLiftable, UnsupportedPattern
 
 from . import value_branches
 
@@ -40,10 +40,6 @@ def scanned(combine_with, carries, steps_in):
 
 
 _CHANGED = "Expected init and carry to have same metadata"
-
-
-class CarryChanges(Exception):
-    """The step's new state differs from the state it was given (shape, dtype): no scan carries it as it is."""
 
 
 def _changed(text: str) -> str:
