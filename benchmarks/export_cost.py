@@ -117,6 +117,7 @@ def main(argv=None):
     p.add_argument("--only", choices=["conformer", "mha"], help="one model only")
     p.add_argument("--clock", choices=sorted(CLOCK), default="wall", help="cpu: process CPU seconds (loaded machine)")
     p.add_argument("--no-warm-up", action="store_true", help="no warm-up run before the timed ones (a smoke run)")
+    p.add_argument("--no-dynamo", action="store_true", help="TorchScript rows only (a smoke run)")
     add_write_option(p, "export-cost", "docs/benchmarks.md")
     args = p.parse_args(argv)
     WARM_UP[0] = not args.no_warm_up
@@ -133,7 +134,8 @@ def main(argv=None):
                                         lambda: _bare(job["model"], example, False, True)], args.runs)
             rows.append(("patch overhead", "torchscript", f"{inside / outside:.3f}x",
                          f"{outside:.2f}s -> {inside:.2f}s", "<= 1.05"))
-            variants = [("torchscript", True), ("torchscript", False)] + ([("dynamo", True)] if HAS_DYNAMO else [])
+            variants = [("torchscript", True), ("torchscript", False)] + (
+                [("dynamo", True)] if HAS_DYNAMO and not args.no_dynamo else [])
             rows += _pipeline_rows("", job, example, variants, args.runs, tmp)
         if args.only != "conformer":
             # without mha_compact: the export the issue measured (2,806 nodes), both sides without it
