@@ -43,3 +43,19 @@ def test_the_indicators_are_the_comparisons():
         for a, b in ((3, 5), (5, 5), (7, 5), (0, 0), (-2, 0)):
             assert size_branches.indicator(op, a, b) == int(compare(a, b)), (op, a, b)
     assert [size_branches.indicator("truth", a) for a in (0, 3)] == [0, 1]
+
+
+def test_only_a_lone_pad_behind_comparisons_of_sizes_is_rewritten():
+    """Anything else stays as it was (the example's side, as before): an else, another statement, and/or (Python
+    decides it at the example), a call in the condition (its value may not be a size)."""
+    import ast
+    forms = {
+        "if le % 4 != 0:\n    x = F.pad(x, (0, 4 - le % 4))\n": None,
+        "if le % 4 != 0:\n    x = F.pad(x, (0, 4 - le % 4))\nelse:\n    x = x * 2\n": "without an else",
+        "if le % 4 != 0:\n    y = F.pad(x, (0, 1))\n": "without an else",
+        "if le % 4 != 0 and le > 8:\n    x = F.pad(x, (0, 1))\n": "and/or",
+        "if torch.jit.is_tracing():\n    x = F.pad(x, (0, 1))\n": "calls a function",
+    }
+    for source, why in forms.items():
+        said = size_branches._why_not(ast.parse(source).body[0])
+        assert (said is None) if why is None else (why in said), (source, said)

@@ -113,6 +113,8 @@ def _why_not(branch: ast.If) -> Optional[str]:
         return "its body is not one 'x = F.pad(x, widths)' without an else"
     if any(isinstance(n, ast.BoolOp) for n in ast.walk(branch.test)):
         return "its condition joins conditions with and/or, which Python decides at the example"
+    if any(isinstance(n, ast.Call) for n in ast.walk(branch.test)):
+        return "its condition calls a function, whose value may not be a size"
     if any(isinstance(n, ast.Compare) and len(n.ops) != 1 or isinstance(n, ast.Compare) and type(n.ops[0]).__name__
            not in _INDICATORS for n in ast.walk(branch.test)):
         return "its condition is not comparisons of sizes (==, !=, <, <=, >, >=), one at a time"
