@@ -16,7 +16,10 @@ names are the carried state, ``list.append`` of per-step outputs), the body is c
 function and run through ``scan`` over the dim; the carried names are written back into the model's
 frame, and each output list receives one ``StackedSteps`` standing for all its steps, which
 ``torch.stack`` / ``torch.cat`` of the list turn into the scan's stacked output. The loop itself then
-runs zero times.
+runs zero times. What the loop steps through (a tensor's slices, ``range`` forwards or backwards) is
+``scan_steps.py``'s; a store at the step's index (``h[t] = v``) is a step output stored once after the scan;
+a state whose shape the first step changes has that step run before the scan; a temporary the body ends by
+carrying (``c = c_t``) is read after the loop as the final state.
 
 What is not lifted is refused by ``loops.py`` naming the line and the reason (a subscript store such as a
 mask zeroed row by row, ``break``, a list read otherwise than stacked, a carried value that is not a
