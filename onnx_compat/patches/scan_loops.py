@@ -419,14 +419,6 @@ def _closed(value):
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def _fresh(values) -> Tuple[torch.Tensor, ...]:
-    """A scan's outputs may not alias its carry or inputs (a step returning ``h`` as both)."""
-    for v in values:
-        if not isinstance(v, torch.Tensor):
-            raise NotLiftable(f"a step gives a {type(v).__name__}, not a tensor")
-    return tuple(v.clone() for v in values)
-
-
 def _write_back(frame, values: Dict[str, object]) -> None:
     """Rebind the model frame's carried names to the scan's final state."""
     if not values:
@@ -452,7 +444,7 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     # unbacked sizes of an indexed step's backward behind ("Pending unbacked symbols"); an export needs none
     steps_in = (gate.indices, gate.valid) if gate is not None else tuple(x.detach() for x in xs) \
         if isinstance(xs, tuple) else xs.detach()  # detached as the carries and closures (_step_function)
-    final, ys = _scanned(lambda branches: _step_function(loop, plan, frame, local, branches), gate,
+    final, ys = scan_traces.scanned_steps(lambda branches: _step_function(loop, plan, frame, local, branches), gate,
                          tuple(_closed(local[c]) for c in plan.carries), steps_in)
     carried = dict(zip(plan.carries, final))
     _write_back(frame, dict(carried, **{temp: carried[carry] for temp, carry in plan.aliases.items()}))
@@ -462,44 +454,6 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     steps = gate.indices[:gate.count] if gate is not None else xs[0] if isinstance(xs, tuple) else xs
     for stmt, y in zip(plan.stores, ys[len(plan.lists):]):
         _store_steps(frame, stmt, plan.index, steps, y)
-
-
-def _scanned(step_with, gate, carries, steps_in):
-    """The final state and every step's outputs (cut to a gated range's count). A state that changes its shape
-    or dtype on the first step (``h`` made ``[B, H]`` before the loop, ``[1, B, H]`` by the step's broadcasting)
-    is no scan's carry: that step runs before the scan, exactly as the loop's first iteration, and the scan
-    carries the state it leaves over the rest."""
-    try:
-        final, ys = scan_traces.scanned(lambda branches: _combine(step_with(branches), gate), carries, steps_in)
-        return final, [y if gate is None else y[:gate.count] for y in ys]
-    except scan_traces.CarryChanges as changed:
-        if gate is not None:
-            raise NotLiftable(f"its carried state {changed} on the first step, and its range starts past 0") from None
-    first = torch.utils._pytree.tree_map(lambda s: s[0], steps_in)
-    carries, outs = _combine(step_with(frozenset()), None)(carries, first)
-    size = torch.utils._pytree.tree_leaves(steps_in)[0].shape[0]
-    at = torch.arange(1, torch.sym_max(size, 2))
-    rest = torch.utils._pytree.tree_map(lambda s: s.index_select(0, at.clamp(max=size - 1)), steps_in)
-    gate = GatedSteps(rest, at < size, torch.sym_max(size - 1, 0))
-    try:
-        final, ys = scan_traces.scanned(lambda branches: _combine(step_with(branches), gate), carries,
-                                        (rest, gate.valid))
-    except scan_traces.CarryChanges as changed:
-        raise NotLiftable(f"its carried state {changed} at every step, so no scan can carry it") from None
-    return final, [torch.cat([o.unsqueeze(0), y[:gate.count]]) for o, y in zip(outs, ys)]
-
-
-def _combine(step, gate):
-    """The scan's combine function: the step, its outputs fresh, a step past a gated range's end dropped."""
-    def combine(carry, x_t):
-        if gate is not None:
-            x_t, valid = x_t
-        new, outs = step(carry, x_t)
-        new = _fresh(new)
-        if gate is not None:  # a step past the range's end keeps the state as it was
-            new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
-        return new, _fresh(outs)
-    return combine
 
 
 def _store_steps(frame, stmt: ast.Assign, index: str, steps: torch.Tensor, y: torch.Tensor) -> None:

@@ -1,4 +1,5 @@
-"""A lifted loop's step traced as torch's ``scan``: retried where a value branch can be ``torch.where``, and
+"""A lifted loop's step traced as torch's ``scan``: retried where a value branch can be ``torch.where``, run
+with its first step before the scan where that step changes the state's shape (``scanned_steps``), and
 refused, saying why at the model's line, where the step does not trace.
 
 ``scan`` traces its step with dynamo, whose error names the kind of graph break on the line after "Got graph
@@ -11,9 +12,12 @@ import contextlib
 import re
 from typing import Optional, Tuple
 
+import torch
+
 from onnx_compat.errors import CarryChanges, NotLiftable, UnsupportedPattern
 
 from . import value_branches
+from .scan_steps import GatedSteps
 
 
 def scanned(combine_with, carries, steps_in):
@@ -95,3 +99,49 @@ def _step_failure(error: Exception) -> str:
                  "torch.where(cond, a, b) (e.g. m = torch.where(torch.all(n == 0), i, torch.maximum(i, f))), "
                  "or use torch.cond")
     return said
+
+
+def scanned_steps(step_with, gate, carries, steps_in):
+    """The final state and every step's outputs (cut to a gated range's count). A state that changes its shape
+    or dtype on the first step (``h`` made ``[B, H]`` before the loop, ``[1, B, H]`` by the step's broadcasting)
+    is no scan's carry: that step runs before the scan, exactly as the loop's first iteration, and the scan
+    carries the state it leaves over the rest."""
+    try:
+        final, ys = scanned(lambda branches: _combine(step_with(branches), gate), carries, steps_in)
+        return final, [y if gate is None else y[:gate.count] for y in ys]
+    except CarryChanges as changed:
+        if gate is not None:
+            raise NotLiftable(f"its carried state {changed} on the first step, and its range starts past 0") from None
+    first = torch.utils._pytree.tree_map(lambda s: s[0], steps_in)
+    carries, outs = _combine(step_with(frozenset()), None)(carries, first)
+    size = torch.utils._pytree.tree_leaves(steps_in)[0].shape[0]
+    at = torch.arange(1, torch.sym_max(size, 2))
+    rest = torch.utils._pytree.tree_map(lambda s: s.index_select(0, at.clamp(max=size - 1)), steps_in)
+    gate = GatedSteps(rest, at < size, torch.sym_max(size - 1, 0))
+    try:
+        final, ys = scanned(lambda branches: _combine(step_with(branches), gate), carries,
+                                        (rest, gate.valid))
+    except CarryChanges as changed:
+        raise NotLiftable(f"its carried state {changed} at every step, so no scan can carry it") from None
+    return final, [torch.cat([o.unsqueeze(0), y[:gate.count]]) for o, y in zip(outs, ys)]
+
+
+def _combine(step, gate):
+    """The scan's combine function: the step, its outputs fresh, a step past a gated range's end dropped."""
+    def combine(carry, x_t):
+        if gate is not None:
+            x_t, valid = x_t
+        new, outs = step(carry, x_t)
+        new = _fresh(new)
+        if gate is not None:  # a step past the range's end keeps the state as it was
+            new = tuple(torch.where(valid, n, c) for n, c in zip(new, carry))
+        return new, _fresh(outs)
+    return combine
+
+
+def _fresh(values) -> Tuple[torch.Tensor, ...]:
+    """A scan's outputs may not alias its carry or inputs (a step returning ``h`` as both)."""
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            raise NotLiftable(f"a step gives a {type(v).__name__}, not a tensor")
+    return tuple(v.clone() for v in values)
