@@ -35,7 +35,7 @@ import functools
 import inspect
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from ..errors import NotLiftable  # in the one family; importable from here as before
 
