@@ -33,7 +33,8 @@ class LenAsBatch(_DeclaresLengths):
 
 class BuiltinReduction(_DeclaresLengths):
     """Python's builtin ``max``/``min`` over a lengths tensor (a library's own caller: ``max(wav_lengths)``
-    sizing a padding mask; ``min(lengths)`` cropping every sequence to the shortest)."""
+    sizing a padding mask; ``min(lengths)`` cropping every sequence to the shortest; ``max(energy)`` of a float
+    tensor normalising by the loudest frame)."""
 
     def __init__(self, form="max", declares=True):
         super().__init__()
@@ -43,6 +44,9 @@ class BuiltinReduction(_DeclaresLengths):
         if self.form == "max":
             mask = torch.arange(max(lengths))[None, :] < lengths[:, None]
             return (self.proj(x) * mask[..., None]).sum(1) / lengths[:, None]
+        if self.form == "peak":  # over a float tensor: the loudest frame's mean magnitude normalises
+            energy = x.abs().mean((0, 2))
+            return self.proj(x / max(energy) + min(energy)).sum(1) / lengths[:, None]
         shortest = min(lengths)
         return self.proj(x).narrow(1, 0, shortest).mean(1)
 

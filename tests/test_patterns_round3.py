@@ -43,6 +43,8 @@ CASES = {
                                           _LENGTHS_AXES, ("torchscript",), {"torchscript": "Split size 1 exceeds"}),
     "builtin_min_of_lengths": (lambda: BuiltinReduction("min"), _padded_batch, _LENGTHS_AXES, ("torchscript",),
                                {"torchscript": "Split size 1 exceeds"}),
+    "builtin_max_min_of_floats": (lambda: BuiltinReduction("peak"), _padded_batch, _LENGTHS_AXES, ("torchscript",),
+                                  {"torchscript": "Split size 1 exceeds"}),
     # issue #47, 5: a traced size as a module argument
     "group_norm_groups_from_shape": (GroupsFromShape, _btd, _X, ("torchscript",),
                                      {"torchscript": "Expected node type 'onnx::Constant' for argument 'num_groups'"}),

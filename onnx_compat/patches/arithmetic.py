@@ -36,6 +36,12 @@ The dynamo exporter writes the last four right, so they act under TorchScript on
     ``x.amax()`` / ``x.amin()`` with no dim (a peak normalisation, ``y / y.abs().amax()``): the dynamo exporter
     fails to translate it ("Required parameter 'dim' is not provided", onnxscript's ``aten_amax``; measured on
     torch 2.13); TorchScript writes it. Every dim named is the same reduction.
+``builtin_max_min``
+    Python's ``max(t)`` / ``min(t)`` over a 1-D tensor (``assert max(lengths) <= N``, torch-struct's
+    ``_check_potentials``): torch.export's non-strict capture replaces the builtins while it traces and hands
+    a lone tensor to ``torch.maximum(t)`` / ``torch.minimum(t)``, which take two ("maximum() missing 1 required
+    positional arguments: 'other'", torch 2.13 ``_tensor_min_max``). Python's answer, the largest (smallest)
+    element, is ``t.max()`` (``t.min()``); any other call of the two is left as it is.
 """
 from __future__ import annotations
 
@@ -135,6 +141,17 @@ def reduce_all(wrapped, instance, args, kwargs):
     return reduce(x, dim=tuple(range(x.dim())), keepdim=bound["keepdim"])
 
 
+def single_tensor_extreme(wrapped, instance, args, kwargs):
+    """``torch.maximum(t)`` / ``torch.minimum(t)`` with one 1-D tensor, which torch refuses: what the non-strict
+    capture makes of Python's ``max(t)`` / ``min(t)``, whose answer is the extreme element. ``maximum`` is
+    ``padded_lengths``' target too (``max(lengths)`` of a lengths input), which hands it here for any other tensor."""
+    extreme = {"maximum": torch.Tensor.max, "minimum": torch.Tensor.min}.get(wrapped.__name__)
+    lone = len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor)
+    if extreme is None or not lone or args[0].dim() != 1:
+        return wrapped(*args, **kwargs)
+    return extreme(args[0])
+
+
 def _logcumsumexp(wrapped, instance, args, kwargs):
     b = tensor_call(instance, args, kwargs, ("input", "dim"))
     if b is None or not isinstance(b["dim"], int) or not b["input"].is_floating_point() or b["input"].dim() == 0:
@@ -223,6 +240,15 @@ register(Patch(
                 "default dim)",
     targets=("torch:amin", "torch:Tensor.amin"),  # amax: through padded_lengths, which wraps it (lengths.py)
     wrapper=reduce_all,
+    when="dynamo",
+))
+
+register(Patch(
+    name="builtin_max_min",
+    description="Python's max(t)/min(t) over a 1-D tensor exports under dynamo (its non-strict capture calls "
+                "torch.maximum/minimum with the one tensor, which take two)",
+    targets=("torch:minimum",),  # maximum: through padded_lengths, which wraps it (lengths.py)
+    wrapper=single_tensor_extreme,
     when="dynamo",
 ))
 

@@ -26,8 +26,8 @@ The called ``len`` and ``max`` are pointed at stand-ins the same way (``len_of``
 ``bs = int(len(lengths.tolist()))`` then is the traced batch (a 0-d traced size
 that ``int_of`` keeps, or the batch's symbol) and ``int(max(lengths))`` the
 padded dim. Over any tensor (issue #47, 4) ``len(x)`` is the traced size of its first dim (Python's ``len()``
-must return an int: TorchScript froze the batch, dynamo specialised it), and builtin ``max``/``min`` over an
-integer tensor of one dim its ``max()``/``min()`` (Python's iterate it: the batch unrolled or specialised).
+must return an int: TorchScript froze the batch, dynamo specialised it), and builtin ``max``/``min`` over a
+real tensor of one dim its ``max()``/``min()`` (Python's iterate it: the batch unrolled or specialised).
 They are ``len``, ``max`` and ``min`` for anything else. The called ``float`` is pointed at ``float_of``
 (``size_floats.py``, issue #47 round three: kraken's ``float(initial_len) / o.shape[3]``): a traced or symbolic
 size becomes a 0-d float tensor in the graph instead of the example's number; anything else is ``float()``.

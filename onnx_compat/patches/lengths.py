@@ -49,7 +49,7 @@ import torch
 from onnx_compat.errors import SpecError
 from onnx_compat.patches.registry import Patch, register
 from .loops import _listed, called_name
-from .arithmetic import reduce_all
+from .arithmetic import reduce_all, single_tensor_extreme
 from .recurrent import _refuse
 from .when import any_exporting, dynamo_exporting, torchscript_exporting
 from ._derived_lengths import Derived, Follow
@@ -292,9 +292,10 @@ def substitutions() -> int:
 
 def max_of(*args, **kwargs):
     """Builtin ``max`` over a declared lengths input's ``tolist()``: the padded dim (as ``max(lengths)``). Builtin
-    ``max`` over one integer tensor of one dim while exporting is its ``max()`` (the same number): Python's
-    ``max`` iterates the tensor, which unrolls the batch under TorchScript and specialises it under dynamo; its
-    ``max()`` is a reduction in the graph, and the padded dim for a declared lengths input."""
+    ``max`` over one real tensor of one dim while exporting is its ``max()`` (the same number; with a NaN,
+    torch's, which is NaN, where Python's depends on where the NaN stands): Python's ``max`` iterates the tensor,
+    which unrolls its dim under TorchScript and specialises it under dynamo; its ``max()`` is a reduction in the
+    graph, and the padded dim for a declared lengths input."""
     if len(args) == 1 and not kwargs and isinstance(args[0], LengthsList):
         return _maximum(args[0].entry, args[0].tensor, model_frame())
     entry = _entry(args[0]) if len(args) == 1 and not kwargs else None
@@ -307,7 +308,7 @@ def max_of(*args, **kwargs):
 
 
 def min_of(*args, **kwargs):
-    """Builtin ``min`` over one integer tensor of one dim while exporting: its ``min()``, as ``max_of``."""
+    """Builtin ``min`` over one real tensor of one dim while exporting: its ``min()``, as ``max_of``."""
     if _reducible(args, kwargs):
         _substituted()
         return args[0].min()
@@ -316,8 +317,8 @@ def min_of(*args, **kwargs):
 
 def _reducible(args, kwargs) -> bool:
     value = args[0] if len(args) == 1 and not kwargs else None
-    return (isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_floating_point()
-            and not value.is_complex() and value.dtype != torch.bool and any_exporting())
+    return (isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_complex()
+            and value.dtype != torch.bool and any_exporting())
 
 
 _weights: set = set()  # ids of the traced model's parameters and buffers: their len() stays a Python int
@@ -396,9 +397,13 @@ def padded_size_of(tensor: torch.Tensor):
 
 def _other_tensor(wrapped, instance, args, kwargs):
     """A call on a tensor that is no lengths input: as it is, but ``amax()`` with no dim, which the dynamo exporter
-    cannot translate, has its dims named (``arithmetic.reduce_all``; this patch owns the ``amax`` targets)."""
+    cannot translate, has its dims named (``arithmetic.reduce_all``), and ``torch.maximum(t)``, the non-strict
+    capture's ``max(t)``, is the largest element (``arithmetic.single_tensor_extreme``): this patch owns the
+    ``amax`` and ``maximum`` targets."""
     if wrapped.__name__ == "amax" and dynamo_exporting():
         return reduce_all(wrapped, instance, args, kwargs)
+    if wrapped.__name__ == "maximum" and dynamo_exporting():
+        return single_tensor_extreme(wrapped, instance, args, kwargs)
     return wrapped(*args, **kwargs)
 
 
@@ -414,7 +419,8 @@ def _padded_lengths(wrapped, instance, args, kwargs):
         return _reduction(wrapped, instance, args, kwargs)
     if name == "maximum":  # the non-strict exporter turns builtin max(tensor) into torch.maximum(tensor)
         entry = _entry(args[0]) if len(args) == 1 and not kwargs else None
-        return wrapped(*args, **kwargs) if entry is None else _maximum(entry, args[0], model_frame())
+        return _other_tensor(wrapped, instance, args, kwargs) if entry is None else \
+            _maximum(entry, args[0], model_frame())
     return _iter(wrapped, instance, args, kwargs)
 
 
@@ -422,7 +428,8 @@ register(Patch(
     name="padded_lengths",
     description="the longest of a declared lengths input (lengths.max().item(), max(lengths), "
                 "max(lengths.tolist())) is read as the padded dim while exporting, not the example's number; "
-                "amax() of any other tensor with no dim has its dims named under dynamo (amax_amin_all's rule)",
+                "amax() of any other tensor with no dim has its dims named under dynamo (amax_amin_all's rule), "
+                "max(t) of any other 1-D tensor is its largest element (builtin_max_min's rule)",
     # item() and tolist() are constant_values' targets, which hands them to ``read`` first
     targets=("torch:max", "torch:amax", "torch:Tensor.max", "torch:Tensor.amax", "torch:Tensor.__iter__",
              "torch:maximum", "torch:Tensor.new"),
