@@ -25,8 +25,8 @@ def _snapshot():
             continue
         for target in patch.targets:
             found = registry._resolve(target)
-            if found:
-                out[target] = getattr(*found)
+            if found:  # as the registry reads it: a classmethod is its descriptor (getattr binds it anew)
+                out[target] = registry._own_value(*found)
     return out
 
 
