@@ -13,7 +13,7 @@ from typing import Callable, List, Mapping, Optional, Sequence
 
 import torch
 
-from onnx_compat.errors import ArgumentError, Culprit, TargetError
+from onnx_compat.errors import ArgumentError, ArgumentTypeError, Culprit, TargetError
 from onnx_compat.pipeline import capture, releases, weights
 from onnx_compat.pipeline.files import check_room, check_writable
 from onnx_compat.pipeline.steps import Step, checked
@@ -74,6 +74,7 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     subject = Subject.build(model, inputs, outputs, examples=examples, sizes=sizes, seed=seed)
     if exporter != "auto":
         capture.strategy(exporter)  # an unknown name is an ArgumentError naming the known ones
+    check_patch_options(options.get("patches"))
     deploy = releases.parse_target(target) if target is not None else None
     if deploy is not None and opset is not None and opset > deploy.opset:
         raise TargetError(f"opset={opset} is newer than {deploy} implements")
@@ -91,6 +92,22 @@ def build_request(model: torch.nn.Module, path: str, inputs, outputs, *, exporte
     for step in steps:
         step.before_capture(request)
     return request
+
+
+def check_patch_options(patches) -> None:
+    """``patches=`` is ``patched()``'s keyword arguments: anything else (``patches=True``, a misspelt option, an
+    unknown patch name) is refused here, before a capture, not as a TypeError from inside the first one."""
+    if patches is None:
+        return
+    usage = "patches= takes patched()'s options as a dict, e.g. {'exclude': ['conv_padding']} or {'only': [...]}"
+    if not isinstance(patches, Mapping):
+        raise ArgumentTypeError(f"{usage}, not {type(patches).__name__} {patches!r}", argument="patches",
+                                value=patches)
+    from onnx_compat.patches.registry import patched
+    try:
+        patched(**patches)  # checks the options and the names; applies nothing
+    except TypeError as exc:
+        raise ArgumentTypeError(f"{usage}: {exc}", argument="patches", value=patches) from None
 
 
 def _strategies(subject: Subject, exporter: str) -> tuple:
