@@ -7,7 +7,9 @@ step did not check.
 Which models: every case of the round-three pattern models (``pattern_models_round3.py``,
 ``pattern_models_round3b.py``: ``test_patterns_round3.py``'s tables, and the round-three classes no table builds,
 ``OTHERS``), and of ``pattern_models.py`` the first case of each model class in ``test_patterns.py``'s tables
-(table order), so every class is checked once. ``export(exporter="dynamo")`` is held to the two dynamo steps on
+(table order), so every class is checked once; of the later rounds' files (``pattern_models_loops.py``,
+``pattern_models_round3c.py`` to ``round3h.py``, ``pattern_models_item9.py``) the first case of each class in their
+test modules' tables and the loops those modules export one by one (``LATER``). ``export(exporter="dynamo")`` is held to the two dynamo steps on
 the two models where they differ from it (``ONE_EXPORTER``).
 
 Why it stays cheap: where auto verifies, the property holds whatever the steps do, so the four steps (two dynamo
@@ -35,8 +37,18 @@ from onnx_compat.spec import dim_sizes, make_inputs
 from helpers import EXPORTERS, pattern_cases
 from pattern_models_round3 import AtMostThree, LenOfBuffer, PackedForms, RotaryEncoder, SortedPacked
 from pattern_models_round3b import ComplexDiff
+from pattern_models_loops import Log2Scan, PowerOfTwoPad, RowMask
+from pattern_models_round3f import HalvingScan
+from pattern_models_round3g import StoredByRange, StoredStepsCell
+import test_float_sizes
+import test_item9_spectral
+import test_loops
 import test_patterns
 import test_patterns_round3
+import test_range_forms
+import test_round3_fixes_a
+import test_round3_fixes_d
+import test_size_branches
 
 STEPS = tuple((exporter, patches) for patches in (False, True) for exporter in EXPORTERS)
 
@@ -78,7 +90,34 @@ OTHERS = pattern_cases({
     "complex_diff": (ComplexDiff, _waveform, {0: {0: "b", 1: "t"}}, (), {}),
 }, [(1, 23)])
 SAMPLED = _one_per_class(test_patterns.PATTERN_CASES + test_patterns.LENGTH_PATTERN_CASES)
-CASES = ROUND3 + OTHERS + SAMPLED
+
+
+def _btd(B, T, g):
+    return (torch.randn(B, T, 8, generator=g),)
+
+
+def _gates_and_inputs(B, T, g):
+    return torch.rand(B, T, 8, generator=g), torch.randn(B, T, 8, generator=g)
+
+
+def _lengths_within(B, T, g):
+    return torch.randn(B, T, 8, generator=g), torch.randint(1, T + 1, (B,), generator=g)
+
+
+_BT = {0: {0: "b", 1: "t"}}
+# the classes of the later rounds' pattern files: their test modules' tables (one case per class, as above), and
+# the classes those modules export one by one (the loops a scan cannot carry, which both exporters refuse)
+LATER = _one_per_class(test_loops.CASES + test_round3_fixes_a.ROUND3_FIXES + test_float_sizes.FLOAT_CASES
+                       + [test_round3_fixes_d.STORES, test_round3_fixes_d.STABILISED] + test_range_forms.CASES
+                       + test_size_branches.CASES + test_item9_spectral.CASES) + pattern_cases({
+    "row_mask": (RowMask, _lengths_within, {0: {0: "b", 1: "t"}, 1: {0: "b"}}, (), {}),
+    "log2_scan": (Log2Scan, _btd, _BT, (), {}),
+    "power_of_two_pad": (PowerOfTwoPad, _btd, _BT, (), {}),
+    "halving_scan": (HalvingScan, _gates_and_inputs, {0: {0: "b", 1: "t"}, 1: {0: "b", 1: "t"}}, (), {}),
+    "stored_steps_cell": (StoredStepsCell, _btd, _BT, (), {}),
+    "stored_by_range": (StoredByRange, _btd, _BT, (), {}),
+}, [(1, 23)])
+CASES = ROUND3 + OTHERS + SAMPLED + LATER
 # export(exporter=...) against that exporter's two steps, where its patched export fails and the plain one verifies
 # a table of 60 rows built before the export: plain dynamo verifies at the sweep's shapes (all under 60), and
 # export(dynamo) refuses naming the bound, past which that plain graph is wrong
