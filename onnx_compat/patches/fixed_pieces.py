@@ -140,13 +140,37 @@ def _chunk(wrapped, instance, args, kwargs):
     bound = tensor_call(instance, args, kwargs, ("input", "chunks", "dim"), {"dim": 0})
     frame = _model_frame()
     if bound is None or frame is None or not dynamo_exporting() or not isinstance(bound["input"], torch.Tensor) \
-            or not isinstance(bound["dim"], int) or not _is_dynamic(bound["chunks"]):
+            or not isinstance(bound["dim"], int):
+        return wrapped(*args, **kwargs)
+    if type(bound["chunks"]) is int:
+        return _even_chunks(wrapped, args, kwargs, bound["input"], bound["chunks"], bound["dim"])
+    if not _is_dynamic(bound["chunks"]):
         return wrapped(*args, **kwargs)
     x, dim = bound["input"], bound["dim"]
     if not _is_dynamic(x.shape[dim]) or x.shape[dim].node.expr != bound["chunks"].node.expr:
         return wrapped(*args, **kwargs)
     return Pieces(x, 1, dim, lambda: wrapped(*args, **kwargs), f"{frame.f_code.co_filename}:{frame.f_lineno}",
                   f"x.chunk({bound['chunks']}, dim={dim})")
+
+
+def _even_chunks(wrapped, args, kwargs, x: torch.Tensor, chunks: int, dim: int):
+    """``x.chunk(n, d)`` of a dynamic dim that is a multiple of ``n`` at every size (a bidirectional layer's
+    ``h.chunk(2, dim=0)`` of the ``2 * B`` rows it stacked): ``n`` pieces of ``size // n``. torch's own split
+    counts its pieces as ``(size + k - 1) // k`` with ``k = ceil(size / n)``, which the shape solver cannot
+    prove is ``n`` ("((3*s77 - 1)//s77) == 2"), and the batch became static (speechbrain's LiGRU, torch 2.13).
+    Any other chunk (a size that need not divide, where the count does depend on it) is torch's."""
+    size = x.shape[dim] if -x.dim() <= dim < x.dim() else None
+    if chunks < 1 or not _is_dynamic(size) or not _divides(size, chunks):
+        return wrapped(*args, **kwargs)
+    step = size // chunks
+    return tuple(x.narrow(dim, i * step, step) for i in range(chunks))
+
+
+def _divides(size, chunks: int) -> bool:
+    """``size`` is a multiple of ``chunks`` for every value its symbols may take."""
+    import sympy
+    env = size.node.shape_env
+    return env._maybe_evaluate_static(sympy.Eq(sympy.Mod(size.node.expr, chunks), 0)) == sympy.true
 
 
 def _stack(wrapped, instance, args, kwargs):
@@ -169,6 +193,7 @@ register(Patch(
     description="torch.stack(x.split(n, dim)) of a dynamic dim: the pieces stacked as one gather from the runtime "
                 "size (TorchScript wrote the example's Split, dynamo specialised the dim); pieces of one row "
                 "(split(1), chunk(T) of a length T) indexed by a loop run as a scan are read from the whole tensor; "
+                "chunk(n) of a dynamic dim that is a multiple of n is n narrows, without torch's guard on the count; "
                 "the pieces used as a tuple of a dynamic dim under dynamo are refused naming the line and the "
                 "length rule",
     targets=("torch:split", "torch:Tensor.split", "torch:stack", "torch:chunk", "torch:Tensor.chunk"),

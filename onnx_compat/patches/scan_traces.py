@@ -25,16 +25,20 @@ def scanned(combine_with, carries, steps_in):
     tensor's value, that ``if`` is taken as ``torch.where`` (in the step's own body, or in the function it
     calls, for as long as this scan is traced: ``value_branches.py``) and the step traced again."""
     from torch._higher_order_ops.scan import scan
-    branches, swaps = set(), contextlib.ExitStack()
+    branches, swaps, specialised = set(), contextlib.ExitStack(), False
     with swaps:
-        for _ in range(value_branches.BRANCHES + 1):
+        for _ in range(value_branches.BRANCHES + 2):
             try:
-                return scan(combine_with(frozenset(branches)), carries, steps_in)
+                with _sizes_specialised() if specialised else contextlib.nullcontext():
+                    return scan(combine_with(frozenset(branches)), carries, steps_in)
             except (UnsupportedPattern, NotLiftable):
                 raise
             except Exception as error:  # the body could not be traced as a step: refused, naming why
                 if _CHANGED in str(error):
                     raise CarryChanges(_changed(str(error))) from error
+                if not specialised and _UNBROADCAST.search(str(error)):
+                    specialised = True
+                    continue
                 site = _value_branch(error)
                 why = "" if site is None else _take_as_where(site, branches, swaps)
                 if site is None or why:
@@ -44,6 +48,22 @@ def scanned(combine_with, carries, steps_in):
 
 
 _CHANGED = "Expected init and carry to have same metadata"
+
+
+# a step's trace that could not broadcast against a size it made a symbol of ("... tensor b (s69: hint = 1)")
+_UNBROADCAST = re.compile(r"must match the size of tensor \w \(s\d+: hint = 1\)")
+
+
+def _sizes_specialised():
+    """torch.onnx captures with ``backed_size_oblivious`` (a dim of size 1 gets a symbol of its own, so an input
+    of 1 is not baked); the step's trace fakes what it closes over anew, and under that flag a static ``[1]``
+    tensor (speechbrain LiGRU's ``drop_mask_te``) became ``[s69]``, which ``[B, 16] * [s69]`` cannot broadcast.
+    Where that stops a step's trace, it is traced again with sizes of 1 specialised, as eager has them (not
+    from the start: a chain CRF's step, which closes over a size, then failed to decompose)."""
+    config = getattr(getattr(torch.fx.experimental, "_config", None), "backed_size_oblivious", None)
+    if config is None:
+        return contextlib.nullcontext()
+    return torch.fx.experimental._config.patch(backed_size_oblivious=False)
 
 
 def _changed(text: str) -> str:

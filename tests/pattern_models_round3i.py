@@ -1,0 +1,54 @@
+"""Small models of speechbrain's LiGRU forms (``speechbrain/nnet/RNN.py``, ``LiGRU_Layer``), issue #47 round one.
+
+A bidirectional layer stacks the reversed sequence under the batch (``torch.cat([x, x.flip(1)], dim=0)``), runs
+one recurrence over the ``2 * B`` rows and cuts them apart again with ``h.chunk(2, dim=0)``; its step multiplies by a
+``[1]`` buffer read before the loop (LiGRU's test-time dropout mask, ``drop_mask_te``).
+"""
+import torch
+from torch import nn
+
+
+class StackedDirections(nn.Module):
+    """Both directions as one batch of ``2 * B`` rows, cut apart with ``chunk(2, dim=0)`` (no loop)."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):  # [B, T, D]
+        both = torch.cat([x, x.flip(1)], dim=0)
+        h = torch.tanh(self.proj(both)).cumsum(1)
+        forward, backward = h.chunk(2, dim=0)
+        return torch.cat([forward, backward.flip(1)], dim=2)
+
+
+class MaskedLiGRU(nn.Module):
+    """LiGRU's recurrence as its layer writes it: ``w`` for every step computed before the loop, ``h`` started from
+    a parameter broadcast to the rows, a ``[1]`` mask buffer read before the loop and multiplied in each step,
+    both directions stacked under the batch and cut apart with ``chunk``."""
+
+    def __init__(self, d: int = 8, hidden: int = 16):
+        super().__init__()
+        self.w = nn.Linear(d, 2 * hidden)
+        self.u = nn.Linear(hidden, 2 * hidden, bias=False)
+        self.h_init = nn.Parameter(torch.randn(1, hidden) * 0.1)
+        self.register_buffer("drop_mask_te", torch.tensor([1.0]))
+
+    def forward(self, x):  # [B, T, D] -> [B, T, 2 * hidden]
+        x = torch.cat([x, x.flip(1)], dim=0)
+        w = self.w(x)
+        h = self._cell(w, self.h_init.broadcast_to(w.shape[0], self.h_init.shape[1]))
+        h_f, h_b = h.chunk(2, dim=0)
+        return torch.cat([h_f, h_b.flip(1)], dim=2)
+
+    def _cell(self, w, ht):
+        hiddens = []
+        drop_mask = self.drop_mask_te
+        for k in range(w.shape[1]):
+            gates = w[:, k] + self.u(ht)
+            at, zt = gates.chunk(2, 1)
+            zt = torch.sigmoid(zt)
+            hcand = torch.relu(at) * drop_mask
+            ht = zt * ht + (1 - zt) * hcand
+            hiddens.append(ht)
+        return torch.stack(hiddens, dim=1)

@@ -1,0 +1,54 @@
+"""Issue #47 round one, speechbrain's LiGRU forms (``tests/pattern_models_round3i.py``), under dynamo.
+
+``h.chunk(2, dim=0)`` of the ``2 * B`` rows a bidirectional layer stacked: torch counts the pieces as
+``(2B + B - 1) // B``, which its solver cannot prove is 2, and the batch became static (``fixed_pieces``: n
+narrows where the dim is a multiple of n). A step that multiplies by a ``[1]`` buffer read before the loop: the
+step's trace, under torch.onnx's ``backed_size_oblivious``, gave the buffer a size symbol of its own that ``[B, 16]``
+cannot broadcast against (``scan_traces``: traced again with sizes of 1 specialised). Each checked against the
+unpatched eager model at new sizes, B=1 included; the LiGRU loop exported as one ONNX ``Scan``.
+"""
+import pytest
+import torch
+
+from onnx_compat.patches import scan_traces
+from onnx_compat.testing import PatchCase, bare_onnx, patch_case_tests
+
+from helpers import EXPORTERS
+from pattern_models_round3i import MaskedLiGRU, StackedDirections
+
+SIZES = ((1, 1), (3, 9), (1, 36), (2, 36))
+
+
+def _inputs(B, T, seed):
+    return (torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _one_scan(proto, exporter):
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Scan") + ops.count("Loop") == 1, f"the loop should be one graph loop: {ops}"
+
+
+_SPECIALISED = "Got invalid dimensions"  # the batch made static: B=1 refused by ONNX Runtime
+CASES = [
+    PatchCase("stacked_directions_chunk", StackedDirections, _inputs, {0: {0: "batch", 1: "time"}}, sizes=SIZES,
+              example=(3, 9), exporters=("dynamo",), vanilla={"dynamo": _SPECIALISED}),
+    PatchCase("ligru_masked_step", MaskedLiGRU, _inputs, {0: {0: "batch", 1: "time"}}, sizes=SIZES,
+              example=(3, 9), exporters=("dynamo",), graph=_one_scan, atol=1e-5, rtol=1e-4,
+              vanilla={"dynamo": _SPECIALISED}),
+]
+test_ligru_form_matches_eager, test_vanilla_ligru_form_fails_as_recorded = patch_case_tests(CASES)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+def test_without_the_second_trace_the_step_is_refused(monkeypatch):
+    """The failure the second trace answers, recorded: traced once, under torch.onnx's flag, the step's fake
+    run fails (the mask's size symbol against ``[B, 16]``) and the loop is refused at its line."""
+    import onnx_compat
+    from onnx_compat.errors import UnsupportedPattern
+    monkeypatch.setattr(scan_traces, "_UNBROADCAST", scan_traces.re.compile(r"(?!x)x"))
+    line = MaskedLiGRU._cell.__code__.co_firstlineno + 3
+    with onnx_compat.patched(), pytest.raises(UnsupportedPattern) as refused:
+        bare_onnx(MaskedLiGRU().eval(), _inputs(3, 9, 0), "dynamo", {0: {0: "batch", 1: "time"}})
+    assert f"pattern_models_round3i.py:{line}: range() takes the dynamic size" in str(refused.value)
+    assert "does not trace as a scan step" in str(refused.value), str(refused.value)[:400]
