@@ -125,7 +125,7 @@ class Report:
             f"top ops {dict(list(self.ops.items())[:5])}",
         ]
         for check in self.verification:
-            errs = ", ".join(f"{o['name']} {o['max_abs_err']:.2e}" for o in check["outputs"])
+            errs = ", ".join(f"{o['name']} {o['max_abs_err']:.2e}" + _against_float64(o) for o in check["outputs"])
             label = "example " if check.get("example") else "verified"
             where = f" in {check['runtime']}" if check.get("runtime") else ""
             lines.append(f"{label}    {check['sizes']}{where}: {'ok' if check['ok'] else 'FAILED'} (max abs err {errs})")
@@ -199,3 +199,12 @@ class Report:
             said = entry.get("summary")
             lines += [said] if isinstance(said, str) else list(said) if said else [f"step        {name}"]
         return lines
+
+
+def _against_float64(output: dict) -> str:
+    """How an output that passed against the float64 model did (``pipeline/float_noise.py``), or ""."""
+    noise = output.get("float32_noise")
+    if noise is None:
+        return ""
+    return (f" against float32 eager; {output['max_abs_err_float64']:.2e} against float64 eager, "
+            f"whose own float32 error is {noise:.2e}")
