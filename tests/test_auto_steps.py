@@ -222,8 +222,12 @@ def wrong_beyond(proto, model, inputs, outputs, bounds) -> bool:
 
 @pytest.fixture
 def one_export_per_strategy(monkeypatch):
-    """auto without its optional second export for speed (it cannot turn a verified model into a failure)."""
+    """auto without its optional second export for speed (it cannot turn a verified model into a failure), and
+    without the culprit search after a failed attempt (a TorchScript export per module of a loop unrolled at the
+    example, ~5 s: it names the module at fault and never changes which graph verifies)."""
+    import onnx_compat.api
     monkeypatch.setattr(choose, "worth_timing", lambda proto, exporter: None)
+    monkeypatch.setattr(onnx_compat.api, "culprit_of_failure", lambda *args, **kwargs: None)
 
 
 def export_error(case, inputs, outputs, path, exporter="auto"):

@@ -64,3 +64,11 @@ def test_the_report_says_which_outputs_passed_against_float64():
     report = Report(path="m.onnx", verification=[r.to_dict() for r in results])
     lines = [line for line in report.summary().splitlines() if line.startswith("verified")]
     assert len(lines) == 3 and all("against float64 eager, whose own float32 error is" in line for line in lines)
+
+
+def test_a_model_past_the_copy_limit_keeps_its_failure(monkeypatch):
+    """The float64 copy doubles the weights' memory: past ``LARGEST_COPY`` it is not made."""
+    from onnx_compat.pipeline import float_noise
+    monkeypatch.setattr(float_noise, "LARGEST_COPY", -1)
+    with pytest.raises(VerificationError, match="max abs err"):
+        onnx_compat.verify(_graph(), Cancelling(), INPUTS, OUTPUTS, example={"b": 2, "t": 9})

@@ -12,7 +12,7 @@ within the tolerance of that result widened by PyTorch's own float32 error on th
 deviation from float64 over the compared elements). That error must itself be small beside the output (at most
 ``NOISE_SHARE`` of its largest magnitude): a float32 model that far from its float64 self is no reference, and
 the check stays failed. NaN and infinities, shapes and lengths are judged as before; a model that does not run
-in float64 keeps its failure.
+in float64, or whose weights are past ``LARGEST_COPY``, keeps its failure.
 """
 from __future__ import annotations
 
@@ -27,15 +27,20 @@ from onnx_compat.model_state import preserved
 from onnx_compat.patches.compiled import uncompiled
 from onnx_compat.pipeline.adapter import IOAdapter, flatten
 from onnx_compat.pipeline.subject import own_copies
+from onnx_compat.pipeline.weights import weight_bytes
 from onnx_compat.runtimes.compare import closeness, valid_mask
 from onnx_compat.spec import TensorSpec, forward_arguments, size_name
 
 NOISE_SHARE = 1e-2
+LARGEST_COPY = 1 << 28  # bytes of float32 weights: past 256 MiB the float64 copy (twice that) is not made
 
 
 def float64_outputs(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
                     feeds: Dict[str, torch.Tensor]) -> Optional[List[np.ndarray]]:
-    """The unpatched model's outputs in float64 on ``feeds`` (float inputs cast), or None where it does not run so."""
+    """The unpatched model's outputs in float64 on ``feeds`` (float inputs cast), or None where it does not run so,
+    or its weights are past ``LARGEST_COPY`` (the copy would add twice their size to the export's peak memory)."""
+    if weight_bytes(model) > LARGEST_COPY:
+        return None
     try:
         twin = copy.deepcopy(model).double()
         cast = [t.double() if t.is_floating_point() else t for t in feeds.values()]
