@@ -55,11 +55,6 @@ def _padded_name(branch: ast.If) -> Optional[str]:
     return stmt.targets[0].id
 
 
-def _branch_at(tree, line: int) -> Optional[ast.If]:
-    return next((n for n in ast.walk(tree) if isinstance(n, ast.If)
-                 and n.test.lineno <= line <= (n.test.end_lineno or n.test.lineno)), None)
-
-
 def _less(a, b):
     """1 where ``a < b``, else 0, in integer arithmetic the graph holds (``Min``/``Max`` of sizes, no branch)."""
     return torch.sym_min(torch.sym_max(b - a, 0), 1)
@@ -127,7 +122,7 @@ class _Padded(ast.NodeTransformer):
 
     def visit_If(self, node):
         self.generic_visit(node)
-        asked = [line for line in self.lines if node.test.lineno <= line <= (node.test.end_lineno or node.lineno)]
+        asked = source_rewrites.asked_in(node, self.lines)
         if not asked or _why_not(node) is not None:
             return node
         stmt = node.body[0]
@@ -141,7 +136,7 @@ class _Padded(ast.NodeTransformer):
 def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
     padded = _Padded(lines)
     padded.visit(definition)
-    branches = {line: _branch_at(definition, line) for line in lines if line not in padded.done}
+    branches = {line: source_rewrites.branch_at(definition, line) for line in lines if line not in padded.done}
     return {line: (_why_not(branch) if branch is not None else None) or "no 'if' on that line"
             for line, branch in branches.items()}
 
@@ -163,7 +158,7 @@ def _bool(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     frame = model_frame_outside_torch()
     tree = None if frame is None else scan_loops._function_ast(frame.f_code)
-    branch = None if tree is None else _branch_at(tree, frame.f_lineno)
+    branch = None if tree is None else source_rewrites.branch_at(tree, frame.f_lineno)
     if branch is None or _why_not(branch) is not None:
         idle(NAME)
         return wrapped(*args, **kwargs)

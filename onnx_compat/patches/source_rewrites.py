@@ -42,6 +42,18 @@ class Rule:
     names: Dict[str, object] = field(default_factory=dict)
 
 
+def asked_in(node: ast.If, lines) -> List[int]:
+    """The ``lines`` within ``node``'s condition (its ``if`` to the test's last line): where a frame stops that
+    evaluates it, a test of several lines naming any one of them."""
+    last = node.test.end_lineno or node.test.lineno
+    return [line for line in lines if node.lineno <= line <= last]
+
+
+def branch_at(tree: ast.AST, line: int) -> Optional[ast.If]:
+    """The ``if`` whose condition spans ``line`` in ``tree``, or None."""
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.If) and asked_in(n, (line,))), None)
+
+
 def parsed_at(lines: List[str], start: int) -> ast.Module:
     """Source lines parsed at the place they have in their file: a method's source is dedented to parse, and its
     lines and columns moved back, so a node's position is its instructions' (``code.co_positions()``)."""

@@ -105,7 +105,7 @@ class Select(ast.NodeTransformer):
 
     def visit_If(self, node):
         self.generic_visit(node)
-        asked = [line for line in self.lines if node.lineno <= line <= node.test.end_lineno]
+        asked = source_rewrites.asked_in(node, self.lines)
         if not asked:
             return node
         why = why_not(node)
