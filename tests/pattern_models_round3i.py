@@ -1,8 +1,11 @@
-"""Small models of speechbrain's LiGRU forms (``speechbrain/nnet/RNN.py``, ``LiGRU_Layer``), issue #47 round one.
+"""Small models of speechbrain's forms (``speechbrain/nnet/RNN.py``'s ``LiGRU_Layer``, ``speechbrain/nnet/pooling.py``'s
+``StatisticsPooling``), issue #47 round one.
 
 A bidirectional layer stacks the reversed sequence under the batch (``torch.cat([x, x.flip(1)], dim=0)``), runs
 one recurrence over the ``2 * B`` rows and cuts them apart again with ``h.chunk(2, dim=0)``; its step multiplies by a
-``[1]`` buffer read before the loop (LiGRU's test-time dropout mask, ``drop_mask_te``).
+``[1]`` buffer read before the loop (LiGRU's test-time dropout mask, ``drop_mask_te``). Statistics pooling loops over
+the batch with no state, each item's mean and standard deviation over its own length, read from a relative length
+as a Python int.
 """
 import torch
 from torch import nn
@@ -52,3 +55,34 @@ class MaskedLiGRU(nn.Module):
             ht = zt * ht + (1 - zt) * hcand
             hiddens.append(ht)
         return torch.stack(hiddens, dim=1)
+
+
+class ItemStatistics(nn.Module):
+    """Per-item mean and standard deviation over each item's frames, in a loop over the batch that carries
+    nothing (speechbrain's ``StatisticsPooling`` with relative lengths): ``int(torch.round(lengths[i] * T))``,
+    each statistic appended under a flag of the module (``if self.return_mean:``), the loop in the ``else:`` of
+    ``if lengths is None:`` as speechbrain writes it."""
+
+    def __init__(self, return_mean: bool = True, return_std: bool = True):
+        super().__init__()
+        self.return_mean, self.return_std = return_mean, return_std
+
+    def forward(self, x, lengths=None):  # x [B, T, D], lengths in (0, 1] -> [B, D] or [B, 2 * D]
+        if lengths is None:  # the loop stands in an else:, its lists stacked beside it, read after the if
+            mean, std = x.mean(dim=1), x.std(dim=1)
+        else:
+            mean, std = [], []
+            for snt_id in range(x.shape[0]):
+                actual_size = int(torch.round(lengths[snt_id] * x.shape[1]))
+                if self.return_mean:
+                    mean.append(torch.mean(x[snt_id, 0:actual_size, ...], dim=0))
+                if not self.return_std:
+                    pass
+                else:
+                    std.append(torch.std(x[snt_id, 0:actual_size, ...], dim=0))
+            if self.return_mean:
+                mean = torch.stack(mean)
+            if self.return_std:
+                std = torch.stack(std)
+        return torch.cat([mean, std], dim=1) if self.return_mean and self.return_std else \
+            mean if self.return_mean else std

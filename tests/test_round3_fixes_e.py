@@ -4,8 +4,10 @@
 ``(2B + B - 1) // B``, which its solver cannot prove is 2, and the batch became static (``fixed_pieces``: n
 narrows where the dim is a multiple of n). A step that multiplies by a ``[1]`` buffer read before the loop: the
 step's trace, under torch.onnx's ``backed_size_oblivious``, gave the buffer a size symbol of its own that ``[B, 16]``
-cannot broadcast against (``scan_traces``: traced again with sizes of 1 specialised). Each checked against the
-unpatched eager model at new sizes, B=1 included; the LiGRU loop exported as one ONNX ``Scan``.
+cannot broadcast against (``scan_traces``: traced again with sizes of 1 specialised). speechbrain's statistics
+pooling: a loop over the batch that carries no state (torch's scan refuses none; the lift gives it one it
+passes through), each item sliced by a length read from the data. Each checked against the unpatched eager model
+at new sizes, B=1 included; each loop exported as one ONNX ``Scan``.
 """
 import pytest
 import torch
@@ -14,7 +16,7 @@ from onnx_compat.patches import scan_traces
 from onnx_compat.testing import PatchCase, bare_onnx, patch_case_tests
 
 from helpers import EXPORTERS
-from pattern_models_round3i import MaskedLiGRU, StackedDirections
+from pattern_models_round3i import ItemStatistics, MaskedLiGRU, StackedDirections
 
 SIZES = ((1, 1), (3, 9), (1, 36), (2, 36))
 
@@ -37,6 +39,25 @@ CASES = [
               vanilla={"dynamo": _SPECIALISED}),
 ]
 test_ligru_form_matches_eager, test_vanilla_ligru_form_fails_as_recorded = patch_case_tests(CASES)
+
+
+def _relative_lengths(B, T, seed):
+    """x and each item's length as a share of T (speechbrain's relative lengths), at least 2 frames, one full."""
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(2, T + 1, (B,), generator=g)
+    frames[0] = T
+    return torch.randn(B, T, 8, generator=g), frames.float() / T
+
+
+# a loop that carries nothing: torch's scan wants a state ("scan() operator requires init leaves"), and the lift
+# gives it one it passes through; the per-item slice by a number read from the data stays inside the step
+STATELESS = [PatchCase(name, build, _relative_lengths, {0: {0: "batch", 1: "time"}, 1: {0: "batch"}},
+                       sizes=((1, 7), (4, 33), (1, 36), (2, 36)), example=(3, 9), exporters=("dynamo",),
+                       graph=_one_scan, atol=1e-5, rtol=1e-4,
+                       vanilla={"dynamo": _SPECIALISED})  # torch.onnx refines the batch to the example's
+             for name, build in (("item_statistics", ItemStatistics),
+                                 ("item_means_only", lambda: ItemStatistics(return_std=False)))]
+test_stateless_loop_exports_as_a_scan, test_vanilla_stateless_loop_fails_as_recorded = patch_case_tests(STATELESS)
 
 
 @pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")

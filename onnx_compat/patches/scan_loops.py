@@ -35,7 +35,7 @@ import functools
 import inspect
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import NotLiftable  # in the one family; importable from here as before
 
@@ -173,6 +173,51 @@ def _plan(tree, loop: ast.For, local: Dict[str, object], by_index: bool) -> _Pla
     return plan
 
 
+def _flag(test, local: Dict[str, object], stored) -> Optional[bool]:
+    """An ``if`` test that is a flag the step cannot change: a name or attribute chain (``self.return_mean``),
+    negated or not, whose value before the loop is a Python bool kept as a plain attribute; else None."""
+    negated = False
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        negated, test = not negated, test.operand
+    if ast.unparse(test) in stored:  # an attribute the function sets (self.flag = ...)
+        return None
+    chain = []
+    while isinstance(test, ast.Attribute):
+        chain.append(test.attr)
+        test = test.value
+    if not isinstance(test, ast.Name) or test.id in stored or test.id not in local:
+        return None
+    value = local[test.id]
+    for attr in reversed(chain):  # plain attributes only: no property runs
+        value = getattr(value, "__dict__", {}).get(attr, _NO_FLAG)
+    return None if type(value) is not bool else value != negated
+
+
+_NO_FLAG = object()
+
+
+class _FlagsTaken(ast.NodeTransformer):
+    def __init__(self, local, stored):
+        self.local, self.stored = local, stored
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        value = _flag(node.test, self.local, self.stored)
+        return node if value is None else (node.body if value else node.orelse) or [ast.Pass()]
+
+
+def _flags_taken(tree, loop: ast.For, local: Dict[str, object]) -> Tuple[ast.AST, ast.For]:
+    """The function (and the loop in it) with each ``if`` on a flag nothing in the function rebinds replaced by
+    the side it takes (speechbrain's statistics pooling appends under ``if self.return_mean:`` and stacks under
+    it after the loop): the step's outputs, and how the lists are used after the loop, show as they run."""
+    stored = {n.id for n in _names([tree], ast.Store)} | {ast.unparse(n) for n in ast.walk(tree)
+                                                          if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    taken = ast.fix_missing_locations(_FlagsTaken(local, stored).visit(copy.deepcopy(tree)))
+    same = next(n for n in ast.walk(taken) if isinstance(n, ast.For) and n.lineno == loop.lineno
+                and n.col_offset == loop.col_offset)
+    return taken, same
+
+
 def _last_values(loop: ast.For, carries: List[str], stored) -> Dict[str, str]:
     """``h = h_t`` at the body's top level, ``h`` carried and ``h_t`` bound in the body, neither bound again after
     it: after the loop ``h_t`` holds the last step's value, which is ``h``'s final state (a cell's code reading
@@ -221,10 +266,13 @@ def _check_after(tree, loop: ast.For, plan: _Plan, temporaries) -> None:
                               f"torch.stack/torch.cat(...){_walked_in_python(tree, loop)}")
 
 
+_BLOCKS = ("body", "orelse", "finalbody")  # the statement lists a loop can stand in (an else: too)
+
+
 def _stacked_into_itself(tree, loop: ast.For, lists, stacked) -> Dict[str, int]:
     """``hs = torch.stack(hs, dim=1)`` as a statement after the loop, beside it: from its last line on the name
     is the stacked tensor, and its reads are that tensor's. The list name -> that line."""
-    beside = next((body for node in ast.walk(tree) for body in (getattr(node, "body", None),)
+    beside = next((body for node in ast.walk(tree) for body in (getattr(node, field, None) for field in _BLOCKS)
                    if isinstance(body, list) and any(stmt is loop for stmt in body)), [])
     found: Dict[str, int] = {}
     for stmt in beside[beside.index(loop) + 1:] if beside else ():
@@ -436,7 +484,8 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     if loop is None:
         raise NotLiftable("its source is not a 'for' statement on that line")
     local = dict(frame.f_locals)
-    plan = _plan(_function_ast(frame.f_code), loop, local, by_index)
+    tree, loop = _flags_taken(_function_ast(frame.f_code), loop, local)
+    plan = _plan(tree, loop, local, by_index)
     if not plan.lists and not plan.carries and not plan.stores:
         raise NotLiftable("its body neither carries a tensor nor appends a step's output")
     gate = xs if isinstance(xs, GatedSteps) else None

@@ -25,6 +25,9 @@ def scanned(combine_with, carries, steps_in):
     tensor's value, that ``if`` is taken as ``torch.where`` (in the step's own body, or in the function it
     calls, for as long as this scan is traced: ``value_branches.py``) and the step traced again."""
     from torch._higher_order_ops.scan import scan
+    if not carries:  # a loop that only collects each step's outputs: scan wants a state, one is made up, dropped
+        _, ys = scanned(lambda branches: _stateless(combine_with(branches)), (torch.zeros(()),), steps_in)
+        return type(carries)(), ys
     branches, swaps, specialised = set(), contextlib.ExitStack(), False
     with swaps:
         for _ in range(value_branches.BRANCHES + 2):
@@ -144,6 +147,15 @@ def scanned_steps(step_with, gate, carries, steps_in):
     except CarryChanges as changed:
         raise NotLiftable(f"its carried state {changed} at every step, so no scan can carry it") from None
     return final, [torch.cat([o.unsqueeze(0), y[:gate.count]]) for o, y in zip(outs, ys)]
+
+
+def _stateless(combine):
+    """``combine`` of a loop with no state, given one it passes through (torch's scan refuses no state at all:
+    "scan() operator requires init leaves")."""
+    def with_state(carry, x_t):
+        _, outs = combine((), x_t)
+        return (carry[0].clone(),), outs
+    return with_state
 
 
 def _combine(step, gate):
