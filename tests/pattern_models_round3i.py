@@ -86,3 +86,25 @@ class ItemStatistics(nn.Module):
                 std = torch.stack(std)
         return torch.cat([mean, std], dim=1) if self.return_mean and self.return_std else \
             mean if self.return_mean else std
+
+
+class _MeanOverLengths(nn.Module):
+    def forward(self, x, lengths=None):  # [B, T, D] -> [B, D]
+        return x.mean(1) if lengths is None else x.sum(1) / lengths[:, None]
+
+
+class TriesWithLengths(nn.Module):
+    """Each layer tried with the lengths first and called without them where it takes none (speechbrain's
+    ``Xvector.forward``: ``try: x = layer(x, lengths=lens) except TypeError: x = layer(x)``)."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(d, d), nn.LeakyReLU(), _MeanOverLengths(), nn.Linear(d, d)])
+
+    def forward(self, x, lens):
+        for layer in self.blocks:
+            try:
+                x = layer(x, lengths=lens)
+            except TypeError:
+                x = layer(x)
+        return x

@@ -6,8 +6,10 @@ narrows where the dim is a multiple of n). A step that multiplies by a ``[1]`` b
 step's trace, under torch.onnx's ``backed_size_oblivious``, gave the buffer a size symbol of its own that ``[B, 16]``
 cannot broadcast against (``scan_traces``: traced again with sizes of 1 specialised). speechbrain's statistics
 pooling: a loop over the batch that carries no state (torch's scan refuses none; the lift gives it one it
-passes through), each item sliced by a length read from the data. Each checked against the unpatched eager model
-at new sizes, B=1 included; each loop exported as one ONNX ``Scan``.
+passes through), each item sliced by a length read from the data; its x-vector tries each layer with the lengths
+and catches the ``TypeError`` of those that take none, which left torch.fx's module stack behind
+(``caught_module_errors``). Each checked against the unpatched eager model at new sizes, B=1 included; each loop
+exported as one ONNX ``Scan``.
 """
 import pytest
 import torch
@@ -16,7 +18,7 @@ from onnx_compat.patches import scan_traces
 from onnx_compat.testing import PatchCase, bare_onnx, patch_case_tests
 
 from helpers import EXPORTERS
-from pattern_models_round3i import ItemStatistics, MaskedLiGRU, StackedDirections
+from pattern_models_round3i import ItemStatistics, MaskedLiGRU, StackedDirections, TriesWithLengths
 
 SIZES = ((1, 1), (3, 9), (1, 36), (2, 36))
 
@@ -73,3 +75,17 @@ def test_without_the_second_trace_the_step_is_refused(monkeypatch):
         bare_onnx(MaskedLiGRU().eval(), _inputs(3, 9, 0), "dynamo", {0: {0: "batch", 1: "time"}})
     assert f"pattern_models_round3i.py:{line}: range() takes the dynamic size" in str(refused.value)
     assert "does not trace as a scan step" in str(refused.value), str(refused.value)[:400]
+
+
+def _frame_counts(B, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(1, T + 1, (B,), generator=g)
+    frames[0] = T
+    return torch.randn(B, T, 8, generator=g), frames.float()
+
+
+# a layer's TypeError, caught by the model, left torch.fx's module stack behind (caught_module_errors)
+TRIES = PatchCase("tries_with_lengths", TriesWithLengths, _frame_counts, {0: {0: "batch", 1: "time"},
+                  1: {0: "batch"}}, example=(3, 9), exporters=("dynamo",),
+                  vanilla={"dynamo": "Unexpected key _export_root.blocks.3, expected _export_root"})
+test_caught_module_error_exports, test_vanilla_caught_module_error_fails_as_recorded = patch_case_tests([TRIES])
