@@ -35,7 +35,7 @@ import functools
 import inspect
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from ..errors import NotLiftable  # in the one family; importable from here as before
 
@@ -43,7 +43,7 @@ import torch
 
 from onnx_compat.errors import UnsupportedPattern
 
-from . import fixed_pieces, scan_traces, source_rewrites, value_branches
+from . import fixed_pieces, loop_flags, scan_traces, source_rewrites, value_branches
 from .scan_steps import GatedSteps, check_unbound, emptied_range, enumerated, scanned_range  # noqa: F401 (this module's names before)
 
 _FORBIDDEN = (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal,
@@ -171,51 +171,6 @@ def _plan(tree, loop: ast.For, local: Dict[str, object], by_index: bool) -> _Pla
     plan.aliases = _last_values(loop, plan.carries, stored)
     _check_after(tree, loop, plan, stored - set(plan.carries) - set(plan.aliases))
     return plan
-
-
-def _flag(test, local: Dict[str, object], stored) -> Optional[bool]:
-    """An ``if`` test that is a flag the step cannot change: a name or attribute chain (``self.return_mean``),
-    negated or not, whose value before the loop is a Python bool kept as a plain attribute; else None."""
-    negated = False
-    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        negated, test = not negated, test.operand
-    if ast.unparse(test) in stored:  # an attribute the function sets (self.flag = ...)
-        return None
-    chain = []
-    while isinstance(test, ast.Attribute):
-        chain.append(test.attr)
-        test = test.value
-    if not isinstance(test, ast.Name) or test.id in stored or test.id not in local:
-        return None
-    value = local[test.id]
-    for attr in reversed(chain):  # plain attributes only: no property runs
-        value = getattr(value, "__dict__", {}).get(attr, _NO_FLAG)
-    return None if type(value) is not bool else value != negated
-
-
-_NO_FLAG = object()
-
-
-class _FlagsTaken(ast.NodeTransformer):
-    def __init__(self, local, stored):
-        self.local, self.stored = local, stored
-
-    def visit_If(self, node):
-        self.generic_visit(node)
-        value = _flag(node.test, self.local, self.stored)
-        return node if value is None else (node.body if value else node.orelse) or [ast.Pass()]
-
-
-def _flags_taken(tree, loop: ast.For, local: Dict[str, object]) -> Tuple[ast.AST, ast.For]:
-    """The function (and the loop in it) with each ``if`` on a flag nothing in the function rebinds replaced by
-    the side it takes (speechbrain's statistics pooling appends under ``if self.return_mean:`` and stacks under
-    it after the loop): the step's outputs, and how the lists are used after the loop, show as they run."""
-    stored = {n.id for n in _names([tree], ast.Store)} | {ast.unparse(n) for n in ast.walk(tree)
-                                                          if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
-    taken = ast.fix_missing_locations(_FlagsTaken(local, stored).visit(copy.deepcopy(tree)))
-    same = next(n for n in ast.walk(taken) if isinstance(n, ast.For) and n.lineno == loop.lineno
-                and n.col_offset == loop.col_offset)
-    return taken, same
 
 
 def _last_values(loop: ast.For, carries: List[str], stored) -> Dict[str, str]:
@@ -484,7 +439,7 @@ def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = Fals
     if loop is None:
         raise NotLiftable("its source is not a 'for' statement on that line")
     local = dict(frame.f_locals)
-    tree, loop = _flags_taken(_function_ast(frame.f_code), loop, local)
+    tree, loop = loop_flags.taken(_function_ast(frame.f_code), loop, local)
     plan = _plan(tree, loop, local, by_index)
     if not plan.lists and not plan.carries and not plan.stores:
         raise NotLiftable("its body neither carries a tensor nor appends a step's output")
