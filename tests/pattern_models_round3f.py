@@ -4,6 +4,7 @@ one, a log2(T) parallel scan, and complex linear algebra on an STFT. Written her
 from the libraries that showed it (clearvoice FRCRN, music2latent, xlstm, mambapy, nara-wpe)."""
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -74,20 +75,53 @@ class HalvingScan(nn.Module):
 
 class ComplexSolveFilter(nn.Module):
     """A per-bin linear prediction on a complex STFT: the correlation matrix of delayed frames and a
-    ``torch.linalg.solve`` for the filter (a WPE-like dereverberation), then the inverse STFT."""
+    ``torch.linalg.solve`` for the filter (a WPE-like dereverberation), then the inverse STFT. ``solver``:
+    ``"solve"``, ``"inv"`` (``torch.linalg.inv(R) @ P``), ``"det"`` (the correlation scaled by its determinant:
+    complex linear algebra with no pair form). ``sign_first``: a complex call without a pair form
+    (``torch.sgn``) before the linear algebra."""
 
-    def __init__(self, taps: int = 2, ask_rank: bool = False):
+    def __init__(self, taps: int = 2, solver: str = "solve", sign_first: bool = False):
         super().__init__()
-        self.taps, self.ask_rank = taps, ask_rank  # ask_rank: the spectrum's ndimension() first, as nara-wpe
+        self.taps, self.solver, self.sign_first = taps, solver, sign_first
 
     def forward(self, wave):                                   # [B, T]
         window = torch.hann_window(64, device=wave.device)
         spec = torch.stft(wave, 64, 16, window=window, return_complex=True)      # [B, F, N]
-        if self.ask_rank and spec.ndimension() != 3:
-            raise ValueError("a batch of spectra")
+        if self.sign_first:
+            spec = spec + 1e-3 * torch.sgn(spec)
         delayed = torch.stack([torch.roll(spec, k + 1, -1) for k in range(self.taps)], -2)  # [B, F, K, N]
         corr = delayed @ delayed.conj().transpose(-1, -2) + 1e-3 * torch.eye(self.taps)
         cross = delayed @ spec.unsqueeze(-1).conj()
-        filt = torch.linalg.solve(corr, cross)                  # [B, F, K, 1]
+        if self.solver == "det":
+            corr = corr / torch.linalg.det(corr)[..., None, None]
+        filt = torch.linalg.inv(corr) @ cross if self.solver == "inv" else torch.linalg.solve(corr, cross)
+        clean = spec - (filt.conj().transpose(-1, -2) @ delayed).squeeze(-2)
+        return torch.istft(clean, 64, 16, window=window, length=wave.shape[-1])
+
+
+class StridedPrediction(nn.Module):
+    """nara-wpe's form of the same prediction (torch_wpe.build_y_tilde, wpe.segment_axis): the array library picked
+    by the spectrum's class module, its rank read with ``ndimension()``, the frames padded on the left with a pad
+    list built in numpy, then framed with ``as_strided`` at strides read with ``stride()``, and the filter solved
+    per bin from the correlation of the delayed frames."""
+
+    def __init__(self, taps: int = 3, delay: int = 1):
+        super().__init__()
+        self.taps, self.delay = taps, delay
+
+    def forward(self, wave):                                   # [B, T]
+        window = torch.hann_window(64, device=wave.device)
+        spec = torch.stft(wave, 64, 16, window=window, return_complex=True)      # [B, F, N]
+        xp = {"numpy": np, "torch": torch}[type(spec).__module__]
+        pad = np.zeros([spec.ndimension(), 2], dtype=int)
+        pad[-1, 0] = self.taps + self.delay - 1
+        padded = F.pad(spec, pad[::-1].ravel().tolist()).contiguous()            # [B, F, N + taps + delay - 1]
+        B, bins, frames = padded.shape
+        s = list(padded.stride())
+        windows = xp.as_strided(padded, size=(B, bins, frames - self.taps + 1, self.taps),
+                                stride=(s[0], s[1], s[2], s[2]))                  # [B, F, N + delay, taps]
+        delayed = windows[..., :-self.delay, :].transpose(-1, -2)                 # [B, F, taps, N]
+        corr = delayed @ delayed.conj().transpose(-1, -2) + 1e-3 * torch.eye(self.taps)
+        filt = torch.linalg.solve(corr, delayed @ spec.unsqueeze(-1).conj())     # [B, F, taps, 1]
         clean = spec - (filt.conj().transpose(-1, -2) @ delayed).squeeze(-2)
         return torch.istft(clean, 64, 16, window=window, length=wave.shape[-1])

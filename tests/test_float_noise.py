@@ -16,12 +16,14 @@ INPUTS, OUTPUTS = [TensorSpec("x", [Dim("b"), Dim("t"), 4])], [TensorSpec("y", [
 class Cancelling(nn.Module):
     """``(x + big) - big``: x in exact arithmetic; float32 keeps x only to the spacing of floats near ``big``."""
 
-    def __init__(self, big: float = 1e4, bound_to_float32: bool = False):
+    def __init__(self, big: float = 1e4, bound_to_float32: bool = False, made_in_forward: bool = False):
         super().__init__()
-        self.big, self.bound = big, bound_to_float32
+        self.big, self.bound, self.made = big, bound_to_float32, made_in_forward
 
     def forward(self, x):
         y = (x + self.big) - self.big
+        if self.made:  # a weight made in forward at the default dtype (as a window is): float64 in the copy
+            return nn.functional.linear(y, torch.eye(4))
         # a float32 weight made in forward: the float64 copy's linear refuses the mix of dtypes
         return nn.functional.linear(y, torch.eye(4, dtype=torch.float32)) if self.bound else y
 
@@ -45,6 +47,23 @@ def test_a_right_graph_of_an_ill_conditioned_function_passes_against_float64():
     assert all(r.ok for r in results) and all(o.float32_noise is not None for o in judged)
     assert all(o.max_abs_err > 1e-4 for o in judged)  # against float32 eager: off by its rounding
     assert all(o.max_abs_err_float64 < 1e-6 and 1e-4 < o.float32_noise < 1e-3 for o in judged), judged
+
+
+def test_tensors_made_in_forward_at_the_default_dtype_are_made_in_float64():
+    """``torch.eye(4)`` in ``forward`` (a window, an identity): the float64 copy makes it in float64, so the model
+    is judged (it kept its failure when the copy ran at the default float32: a mix of dtypes)."""
+    results = onnx_compat.verify(_graph(), Cancelling(made_in_forward=True), INPUTS, OUTPUTS, example={"b": 2, "t": 9})
+    assert all(r.ok for r in results) and all(o.float32_noise is not None for r in results for o in r.outputs)
+    assert torch.get_default_dtype() == torch.float32  # put back
+
+
+def test_a_graph_as_far_from_float64_as_eager_passes():
+    """The graph's rounding is of the size of eager's, not below it: a graph off by more than eager's own float32
+    error (but within twice it) passes; the wrong graph below (1e-2) does not."""
+    results = onnx_compat.verify(_graph(shift=7e-4), Cancelling(), INPUTS, OUTPUTS, example={"b": 2, "t": 9})
+    judged = [o for r in results for o in r.outputs]
+    assert all(r.ok for r in results)
+    assert any(o.max_abs_err_float64 > o.float32_noise for o in judged), judged
 
 
 @pytest.mark.parametrize("why,model,graph", [

@@ -1,7 +1,8 @@
 """Round-three fixes (issue #47), part c: size guards that hold on the whole declared range but that torch's
 value ranges cannot decide (clearvoice FRCRN's ``1 % (T//320 - 1) != 0``, music2latent's ``k % (k*frames)``),
 a causal mask cached at the context length against a fresh one (xlstm's mLSTM), a log2(T) parallel scan
-refused fast at its line (mambapy's pscan), and complex linear algebra refused with what is missing (nara-wpe).
+refused fast at its line (mambapy's pscan), and complex linear algebra (nara-wpe): a solve or inverse as the real
+system of twice the order, its strided framing of the spectrum, the rest refused with what is missing.
 Small models in ``pattern_models_round3f.py``; exports compared with the unpatched eager model at B=1/T=...,
 three sizes the export never saw. One dynamo export per fix."""
 import numpy as np
@@ -15,9 +16,11 @@ from onnx_compat import Dim, TensorSpec
 from onnx_compat.errors import ExportError, UnsupportedPattern
 from onnx_compat.patches.patch import acting
 from onnx_compat.patches.range_guards import range_rewritten
+from onnx_compat.testing import PatchCase, patch_case_tests
 from onnx_compat.versions import HAS_DYNAMO
 
-from pattern_models_round3f import CachedCausalMask, ComplexSolveFilter, FramedSpectrum, HalvingScan
+from pattern_models_round3f import (CachedCausalMask, ComplexSolveFilter, FramedSpectrum, HalvingScan,
+                                    StridedPrediction)
 
 dynamo_only = pytest.mark.skipif(not HAS_DYNAMO, reason="needs the dynamo exporter")
 
@@ -111,6 +114,23 @@ def test_log2_scan_is_refused_at_its_line_without_the_strict_retry(monkeypatch):
 
 # --- 4. complex linear algebra ----------------------------------------------------------------------------
 
+def _waves(B, T, seed):
+    return (torch.randn(B, T, generator=torch.Generator().manual_seed(seed)),)
+
+
+_STFT = "STFT does not currently support complex types"
+# nara-wpe's forms: a complex solve or inverse per bin, and its framing (the library picked by the class module,
+# ndimension(), as_strided at the strides read with stride()); vanilla, TorchScript fails at the complex STFT and
+# dynamo translating the complex tensors it captured
+COMPLEX_SOLVES = [PatchCase(name, build, _waves, {0: {0: "batch", 1: "time"}}, sizes=((1, 300), (3, 517), (2, 900)),
+                            example=(2, 400), atol=1e-4, rtol=1e-3, vanilla={"torchscript": _STFT, "dynamo": "Failed to convert the exported program"})
+                  for name, build in (("complex_solve", ComplexSolveFilter),
+                                      ("complex_inverse", lambda: ComplexSolveFilter(solver="inv")),
+                                      ("strided_prediction", StridedPrediction))]
+test_complex_solve_exports_as_the_real_system, test_vanilla_complex_solve_fails_as_recorded = \
+    patch_case_tests(COMPLEX_SOLVES)
+
+
 def _complex_export(tmp_path, model):
     b, t = Dim("b", min=1, example=2), Dim("t", min=256, example=400)
     with pytest.raises(ExportError) as info:
@@ -119,16 +139,23 @@ def _complex_export(tmp_path, model):
     return str(info.value)
 
 
-def test_complex_solve_is_refused_naming_its_line_and_what_is_missing(tmp_path):
-    said = _complex_export(tmp_path, ComplexSolveFilter())
+def test_complex_linear_algebra_without_a_pair_form_is_refused_naming_its_line(tmp_path):
+    said = _complex_export(tmp_path, ComplexSolveFilter(solver="det"))
     assert "SpectralError" in said
-    assert "pattern_models_round3f.py:" in said and "torch linalg_solve of a complex tensor: complex linear " \
+    assert "pattern_models_round3f.py:" in said and "torch linalg_det of a complex tensor: complex linear " \
         "algebra is missing" in said and "[[Re A, -Im A], [Im A, Re A]]" in said
 
 
-def test_a_complex_call_before_a_solve_says_the_solve_is_further_on(tmp_path):
-    """The first complex call without a pair form (``ndimension()``, as nara-wpe's torch_wpe.py:92) is named at
-    its line, and the solve further on in the same function is named too."""
-    said = _complex_export(tmp_path, ComplexSolveFilter(ask_rank=True))
-    assert "Tensor.ndimension" in said and "Further on, " in said and "(torch.linalg.solve)" in said
-    assert ComplexSolveFilter(ask_rank=True)(torch.randn(1, 300)).shape == (1, 300)
+def test_a_complex_solve_of_an_order_past_the_unrolled_one_is_refused(tmp_path):
+    """Order 33: the real system would be 66 columns, past ``linalg.MAX_ORDER``."""
+    said = _complex_export(tmp_path, ComplexSolveFilter(taps=33))
+    assert "torch linalg_solve of a complex tensor: its order is dynamic or above 32" in said
+
+
+def test_a_complex_call_before_the_linear_algebra_says_it_is_further_on(tmp_path):
+    """The first complex call without a pair form (``torch.sgn``) is named at its line, and the determinant
+    further on in the same function is named too (a solve, which exports, is not)."""
+    said = _complex_export(tmp_path, ComplexSolveFilter(solver="det", sign_first=True))
+    assert "torch sgn" in said and "Further on, " in said and "(torch.linalg.det)" in said
+    assert "(torch.linalg.solve)" not in said and "(torch.linalg.inv)" not in said
+    assert ComplexSolveFilter(solver="det", sign_first=True)(torch.randn(1, 300)).shape == (1, 300)

@@ -88,6 +88,13 @@ class ComplexPair:
     def dim(self) -> int:
         return self.real.dim()
 
+    ndimension = dim
+
+    def stride(self, dim: Optional[int] = None):
+        """The parts' strides, in elements, as a complex tensor's are (both parts laid out alike)."""
+        _same_layout(self, "Tensor.stride")
+        return self.real.stride() if dim is None else self.real.stride(dim)
+
     def size(self, dim: Optional[int] = None):
         return self.real.size() if dim is None else self.real.size(dim)
 
@@ -105,6 +112,16 @@ class ComplexPair:
 
     def __repr__(self) -> str:
         return f"ComplexPair(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+# Code that picks an array library by the class's module (``{"numpy": np, "torch": torch}[type(x).__module__]``,
+# nara-wpe's ``segment_axis``) must pick torch for the pair, which stands for a torch tensor.
+ComplexPair.__module__ = "torch"
+
+
+def _same_layout(z: ComplexPair, call: str) -> None:
+    if tuple(z.real.stride()) != tuple(z.imag.stride()) or z.real.storage_offset() != z.imag.storage_offset():
+        raise unsupported(call, "its real and imaginary parts are laid out differently in memory")
 
 
 def op(*names: str):
@@ -309,6 +326,16 @@ for _n in ("__getitem__", "transpose", "permute", "unsqueeze", "squeeze", "resha
            "expand", "expand_as", "repeat", "swapaxes", "swapdims", "select", "sum", "mean", "reshape_as",
            "view_as", "squeeze_", "unsqueeze_", "unfold"):
     op(_n)(_both(_n))
+
+
+@op("as_strided")
+def _as_strided(z, size, stride, storage_offset=None):
+    """A strided view (framing) of each part, as the model's own call on a real tensor exports
+    (``shape_ops.strided_view``): the strides count elements, the same for a part as for the complex tensor."""
+    from onnx_compat.patches.shape_ops import strided_view
+    _same_layout(z, "torch as_strided")
+    return ComplexPair(strided_view(z.real, size, stride, storage_offset),
+                       strided_view(z.imag, size, stride, storage_offset))
 
 
 def _like(fill):

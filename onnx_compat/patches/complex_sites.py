@@ -15,17 +15,19 @@ from typing import List
 
 from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
 
-# torch's names (``__torch_function__``'s func names) of the linear algebra with no pair form
+# torch's names (``__torch_function__``'s func names) of complex-capable linear algebra; ``SOLVED`` have a pair form
+# (``complex_linalg``: the real system of twice the order), the rest is refused
 LINALG = ("linalg_solve", "linalg_solve_ex", "linalg_inv", "linalg_inv_ex", "inverse", "linalg_det", "det",
-           "logdet", "slogdet", "linalg_slogdet", "linalg_eig", "linalg_eigh", "linalg_eigvals", "linalg_eigvalsh",
-           "linalg_cholesky", "cholesky", "cholesky_solve", "cholesky_inverse", "linalg_lstsq", "linalg_pinv",
-           "pinverse", "linalg_svd", "svd", "linalg_svdvals", "linalg_qr", "qr", "linalg_lu", "linalg_lu_factor",
-           "linalg_lu_solve", "linalg_solve_triangular", "triangular_solve", "linalg_matrix_exp", "matrix_exp")
-# the attribute names a model's bytecode loads for them (``torch.linalg.solve``, ``x.inverse()``)
-_CALLED = {name.split("linalg_", 1)[-1] for name in LINALG}
-EXPORTABLE = ("solve the real system of twice the order instead, [[Re A, -Im A], [Im A, Re A]] [Re x; Im x] "
-               "= [Re b; Im b] (onnx_compat writes a real solve of a static order up to 64), or run this "
-               "step outside the exported graph")
+          "logdet", "slogdet", "linalg_slogdet", "linalg_eig", "linalg_eigh", "linalg_eigvals", "linalg_eigvalsh",
+          "linalg_cholesky", "cholesky", "cholesky_solve", "cholesky_inverse", "linalg_lstsq", "linalg_pinv",
+          "pinverse", "linalg_svd", "svd", "linalg_svdvals", "linalg_qr", "qr", "linalg_lu", "linalg_lu_factor",
+          "linalg_lu_solve", "linalg_solve_triangular", "triangular_solve", "linalg_matrix_exp", "matrix_exp")
+SOLVED = ("linalg_solve", "linalg_inv", "inverse")
+# the attribute names a model's bytecode loads for the refused ones (``torch.linalg.det``, ``x.pinverse()``)
+_CALLED = {name.split("linalg_", 1)[-1] for name in LINALG if name not in SOLVED} - {"solve", "inv", "inverse"}
+EXPORTABLE = ("a complex torch.linalg.solve or inverse of a static order up to 32 exports (as the real system of "
+              "twice the order, [[Re A, -Im A], [Im A, Re A]] [Re x; Im x] = [Re b; Im b]): write the step with "
+              "those, or run it outside the exported graph")
 
 
 def model_site() -> str:
@@ -72,8 +74,8 @@ def _calls(code) -> tuple:
         if ins.opname.startswith("LOAD_") and ins.argval == "linalg":
             linalg = True
             continue
-        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in _CALLED and (linalg or ins.argval in
-                                                                                     ("inverse", "pinverse")):
+        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in _CALLED and (linalg or
+                                                                                     ins.argval == "pinverse"):
             found.append((line, f"torch.linalg.{ins.argval}" if linalg else f".{ins.argval}()"))
         linalg = False
     return tuple(found)

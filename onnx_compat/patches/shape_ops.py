@@ -149,13 +149,22 @@ def _as_strided(wrapped, instance, args, kwargs):
             or not isinstance(b["stride"], (list, tuple)) or len(b["size"]) != len(b["stride"]) \
             or not b["size"] or not x.is_contiguous():
         return wrapped(*args, **kwargs)
-    stride = runtime_strides(x, b["stride"])
+    return strided_view(x, b["size"], b["stride"], b["storage_offset"])
+
+
+def strided_view(x: torch.Tensor, size, stride, storage_offset=None) -> torch.Tensor:
+    """The model's ``x.as_strided(size, stride, storage_offset)`` as it exports: strides read from ``x`` follow
+    the runtime sizes; under TorchScript a gather where ``x`` owns its storage (a view of a view's storage is
+    not the tensor's values: torch's own call, which needs constants)."""
+    aten = torch.ops.aten.as_strided  # aten's: not this patch again
+    if not x.is_contiguous():
+        return aten(x, size, stride, storage_offset)
+    runtime = runtime_strides(x, stride)
     if not torchscript_exporting():
-        call = (x,) if instance is None else ()
-        return wrapped(*call, b["size"], stride, b["storage_offset"])
+        return aten(x, size, runtime, storage_offset)
     if not _owns_storage(x):
-        return wrapped(*args, **kwargs)  # a view of a view: its storage is not the tensor's values
-    return as_strided(x, b["size"], stride, b["storage_offset"])
+        return aten(x, size, stride, storage_offset)
+    return as_strided(x, size, runtime, storage_offset)
 
 
 register(Patch(
