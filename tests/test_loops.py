@@ -91,8 +91,41 @@ def test_padding_to_a_power_of_two_is_refused_at_its_line_under_dynamo(tmp_path)
     """``(T - 1).bit_length()``: plain dynamo specialises the length (``DimSpecialized``, no line of the model);
     patched, the refusal names the line and ends the capture."""
     text = _export(PowerOfTwoPad(), tmp_path, "dynamo")
-    assert f"{_line(PowerOfTwoPad, 2)}: bit_length() of the dynamic size" in text, text[-1200:]
-    assert "also tried" not in text, text[-1200:]
+    assert f"{_line(PowerOfTwoPad, 2)}: bit_length() takes the dynamic size" in text, text[-1200:]
+    assert "Declare the dim's maximum" in text and "also tried" not in text, text[-1200:]
+
+
+def _with_most(model, tmp_path, most=60):
+    """export(dynamo) with the length's maximum declared: the report, or the error."""
+    b, t = Dim("batch"), Dim("time", min=2, max=most, example=37)
+    try:
+        return onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
+                                  [TensorSpec("y", [b, t, 8])], exporter="dynamo")
+    except ExportError as exc:
+        assert not (tmp_path / "m.onnx").exists()
+        return exc
+
+
+@needs_dynamo
+def test_a_power_of_two_pad_with_a_declared_maximum_pads_to_one_length_and_verifies(tmp_path):
+    """``(T - 1).bit_length()`` of a time dim declared up to 60 is taken one past its maximum: the model pads
+    every input to 64 frames, and the graph verifies at new lengths against the unpatched model, B=1 first
+    (a cumulative sum cut back to T: padding further changes nothing). The report says what was taken."""
+    report = _with_most(PowerOfTwoPad(), tmp_path)
+    assert not isinstance(report, Exception), str(report)[:800]
+    assert [c["sizes"]["batch"] for c in report.verification][0] == 1 and all(c["ok"] for c in report.verification)
+    said = " ".join(report.warnings["other"])
+    assert f"{_line(PowerOfTwoPad, 2)}: bit_length() takes the dynamic size" in said
+    assert "taken as 60, one past its declared maximum" in said
+
+
+@needs_dynamo
+def test_a_trip_count_taken_at_the_maximum_is_verified_not_trusted(tmp_path):
+    """A parallel (Hillis-Steele) scan whose every level shifts by ``2 ** k``: levels past the length are not
+    neutral (the shifted slice is longer than the input), so the graph taken at the maximum fails at new
+    lengths and export() writes nothing."""
+    error = _with_most(Log2Scan(), tmp_path)
+    assert isinstance(error, ExportError) and "VerificationError" in str(error), str(error)[:800]
 
 
 @pytest.mark.parametrize("model,offset", [(UnbindRNN, 3), (RowMask, 2), (Log2Scan, 3)],

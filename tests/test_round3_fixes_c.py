@@ -104,12 +104,25 @@ def test_log2_scan_is_refused_at_its_line_without_the_strict_retry(monkeypatch):
     export = torch.export.export
     monkeypatch.setattr(torch.export, "export",
                         lambda *a, **k: strict_calls.append(k.get("strict")) or export(*a, **k))
-    t = torch.export.Dim("t", min=8, max=256)
+    t = torch.export.Dim("t", min=8)  # no maximum declared (with one, it exports: below)
     with onnx_compat.patched(), pytest.raises(UnsupportedPattern,
                                               match=r"pattern_models_round3f\.py:\d+: a math function takes"):
         torch.onnx.export(HalvingScan(), (torch.rand(2, 37, 4), torch.randn(2, 37, 4)), dynamo=True,
                           dynamic_shapes=({1: t}, {1: t}))
     assert strict_calls == [False], f"capture attempts (strict=): {strict_calls}"
+
+
+@dynamo_only
+def test_a_log2_scan_with_a_declared_maximum_exports_at_one_length():
+    """mambapy's pscan form with the length declared up to 60 (a named ``Dim`` with ``max``, torch.onnx's own
+    call): ``math.log2(T)`` is taken one past the maximum, the scan runs over 64 padded steps in 6 levels, and
+    the causal result cut back to T is eager's at new lengths, B=1 first."""
+    b, t = torch.export.Dim("b"), torch.export.Dim("t", min=2, max=60)
+    with onnx_compat.patched():
+        proto = torch.onnx.export(HalvingScan(), (torch.rand(2, 37, 4), torch.randn(2, 37, 4)), dynamo=True,
+                                  dynamic_shapes=({0: b, 1: t}, {0: b, 1: t})).model_proto
+    _matches(proto, HalvingScan(), lambda B, T: (torch.rand(B, T, 4), torch.randn(B, T, 4)),
+             [(1, 23), (3, 60), (2, 9)])
 
 
 # --- 4. complex linear algebra ----------------------------------------------------------------------------

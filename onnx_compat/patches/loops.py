@@ -23,7 +23,9 @@ refused naming the line. A loop whose body is a step carrying tensors (a
 recurrent cell over ``x.unbind(1)`` or ``range(x.size(1))``, its steps stacked)
 runs as torch's ``scan`` and is exported as an ONNX ``Scan`` (``scan_loops.py``);
 the refusal of any other loop says why it was not. A ``math`` function of a
-dynamic size (``math.log2(T)`` for a trip count) is refused where it is taken.
+dynamic size (``math.log2(T)`` for a trip count) or its ``bit_length()`` takes one past the dim's declared
+maximum (the model then pads to one static length, verified at new sizes), and without one is refused where it
+is taken.
 Under TorchScript the loop is unrolled as before and its rows remembered: a
 length regulator's rows padded by ``pad_sequence`` are lifted the same way
 (``unrolled_rows.py``); a ``for`` over ``x.unbind(d)`` is said as a
@@ -34,9 +36,14 @@ from __future__ import annotations
 import dis
 import functools
 import sys
+import contextlib
+import contextvars
 import warnings
+from typing import Dict, Optional, Tuple
 
+import sympy
 import torch
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from onnx_compat.errors import RangeBoundToName
 from onnx_compat.patches.registry import Patch, register
@@ -207,11 +214,7 @@ def _index(wrapped, instance, args, kwargs):
             return scan_loops.emptied_range(scan_loops.loop_at(frame), frame)
         _refuse_at(frame, "range() takes", instance, why)
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "math":
-        _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: a math function takes the dynamic size "
-                f"{instance.node.expr} as a Python number: the example's value is frozen into the graph, so a "
-                f"trip count or a pad width computed from it (a scan over log2(T) levels, padding to a power "
-                f"of two) holds only at the example's length. Compute it with tensor ops, pad to a static "
-                f"maximum length, or make the dim static")
+        return _past_the_most(frame, instance, "a math function takes")
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "float":
         _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: float() of the dynamic size {instance.node.expr} "
                 f"goes through SymInt.__index__, which specialises the dim to the example's value (a size ratio "
@@ -226,11 +229,68 @@ def _bit_length(wrapped, instance, args, kwargs):
     value; torch then specialises the dim (``DimSpecialized``, naming no line): refused where it is taken."""
     frame = _model_frame()
     if frame is not None and _is_dynamic(instance):
-        _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: bit_length() of the dynamic size "
-                f"{instance.node.expr} is a Python number at the example's value, so a length padded to a power "
-                f"of two from it holds only at the example's length. Pad to a static maximum length, or make "
-                f"the dim static")
+        return _past_the_most(frame, instance, "bit_length() takes").bit_length()
     return wrapped(*args, **kwargs)
+
+
+def _past_the_most(frame, size, what: str) -> int:
+    """The number a math function or ``bit_length()`` takes for a dynamic size: one past its declared maximum
+    (``Dim(..., max=N)``), so a power of two computed from it is above every size the dim may take, and a model
+    that pads to it (a parallel scan over log2 levels, an FFT length) pads every input to that one static length,
+    over a fixed number of levels. Right where padding further changes nothing (a causal scan cut back to the
+    input's length, a product padded with identities): the verification at new sizes decides. Without a declared
+    maximum the example's value would be frozen into the graph: refused at the line."""
+    most = declared_most(size)
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    if most is None:
+        _refuse(f"{where}: {what} the dynamic size {size.node.expr} as a Python number: the example's value is "
+                f"frozen into the graph, so a trip count or a pad width computed from it (a scan over log2(T) levels, "
+                f"padding to a power of two) holds only at the example's length. Declare the dim's maximum "
+                f"(Dim(name, max=N): the number is then taken one past it, and the model pads every input to that "
+                f"one length), compute it with tensor ops, or make the dim static")
+    warnings.warn(f"{where}: {what} the dynamic size {size.node.expr}: taken as {most + 1}, one past its declared "
+                  f"maximum, so what the model pads to or loops over from it is the same at every size")
+    return most + 1
+
+
+# the declared maximum of each dynamic input dim, by (input index, axis), while export() captures with dynamo: it
+# hands torch bounded ``Dim.DYNAMIC`` hints, whose bounds are checked after the trace, not known during it
+_DECLARED: contextvars.ContextVar = contextvars.ContextVar("declared_maxima", default={})
+
+
+@contextlib.contextmanager
+def declared_maxima(maxima: Dict[Tuple[int, int], int]):
+    token = _DECLARED.set(dict(maxima))
+    try:
+        yield
+    finally:
+        _DECLARED.reset(token)
+
+
+def declared_most(size) -> Optional[int]:
+    """The largest value of a dynamic size over its dims' declared ranges (torch's own, for named ``Dim``s with a
+    ``max``; ``declared_maxima`` for export()'s hints), or None where one is unbounded."""
+    env = getattr(size.node, "shape_env", None)
+    try:
+        ranges = dict(env.var_to_range)
+        for symbol in size.node.expr.free_symbols:
+            most = _declared_for(env, symbol)
+            if most is not None:
+                ranges[symbol] = ValueRanges(ranges[symbol].lower, most)
+        upper = bound_sympy(size.node.expr, ranges).upper
+    except Exception:  # noqa: BLE001 - no shape environment, or an expression its ranges do not bound
+        return None
+    return int(upper) if isinstance(upper, sympy.Integer) else None
+
+
+def _declared_for(env, symbol) -> Optional[int]:
+    """The declared maximum of the input dim a symbol was made for (its source: ``inputs[i].size()[axis]``)."""
+    declared = _DECLARED.get()
+    for source in env.var_to_sources.get(symbol, ()):
+        index, axis = getattr(getattr(source, "base", None), "index", None), getattr(source, "idx", None)
+        if (index, axis) in declared:
+            return declared[(index, axis)]
+    return None
 
 
 def _loop_use(wrapped, instance, args, kwargs):

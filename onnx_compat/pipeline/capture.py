@@ -26,6 +26,7 @@ from onnx_compat import versions
 from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
 from onnx_compat.patches.length_caches import cache_limits
+from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site
@@ -207,10 +208,16 @@ class Dynamo:
         return proto
 
     def _onnx_program(self, request: Request, captured: Captured):
-        """torch.onnx's own capture (torch.export non-strict, then strict) and translation."""
-        return torch.onnx.export(request.model, request.args, dynamo=True, dynamic_shapes=self._shapes(request),
-                                 opset_version=request.opset, input_names=dims.onnx_names(request.inputs),
-                                 output_names=dims.onnx_names(request.outputs), verbose=True)
+        """torch.onnx's own capture (torch.export non-strict, then strict) and translation; the declared maxima
+        told to the patches that read them (``loops.declared_maxima``: torch's bounded hints are checked after
+        the trace)."""
+        names = dims.onnx_names(request.inputs)
+        axes = dims.axes_of(request.inputs)
+        maxima = {(i, axis): d.max for i, name in enumerate(names) for axis, d in axes[name].items() if d.max}
+        with declared_maxima(maxima):
+            return torch.onnx.export(request.model, request.args, dynamo=True, dynamic_shapes=self._shapes(request),
+                                     opset_version=request.opset, input_names=names,
+                                     output_names=dims.onnx_names(request.outputs), verbose=True)
 
     def locate(self, exc: BaseException, request: Request) -> dict:
         return {"node": failure_site.dynamo_node(exc, request.model, request.args, self._shapes(request))}
