@@ -85,6 +85,13 @@ def test_the_report_says_which_outputs_passed_against_float64():
     assert len(lines) == 3 and all("against float64 eager, whose own float32 error is" in line for line in lines)
 
 
+def test_a_check_asked_with_no_tolerance_keeps_its_failure():
+    """``atol=0, rtol=0`` asks for eager's float32 numbers exactly: not re-judged against float64 (the right graph
+    that passes at the default tolerance, above, fails here)."""
+    with pytest.raises(VerificationError, match="max abs err"):
+        onnx_compat.verify(_graph(), Cancelling(), INPUTS, OUTPUTS, example={"b": 2, "t": 9}, atol=0.0, rtol=0.0)
+
+
 def test_a_model_past_the_copy_limit_keeps_its_failure(monkeypatch):
     """The float64 copy doubles the weights' memory: past ``LARGEST_COPY`` it is not made."""
     from onnx_compat.pipeline import float_noise

@@ -33,17 +33,15 @@ TracerWarning at its line, so a failed export names it.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dis
 import functools
 import sys
-import contextlib
-import contextvars
 import warnings
 from typing import Dict, Optional, Tuple
 
-import sympy
 import torch
-from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from onnx_compat.errors import RangeBoundToName
 from onnx_compat.patches.registry import Patch, register
@@ -270,6 +268,8 @@ def declared_maxima(maxima: Dict[Tuple[int, int], int]):
 def declared_most(size) -> Optional[int]:
     """The largest value of a dynamic size over its dims' declared ranges (torch's own, for named ``Dim``s with a
     ``max``; ``declared_maxima`` for export()'s hints), or None where one is unbounded."""
+    import sympy  # here, not at import: a TorchScript export loads no sympy (test_registry)
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
     env = getattr(size.node, "shape_env", None)
     try:
         ranges = dict(env.var_to_range)
