@@ -5,6 +5,8 @@ refused fast at its line (mambapy's pscan), and complex linear algebra (nara-wpe
 system of twice the order, its strided framing of the spectrum, the rest refused with what is missing.
 Small models in ``pattern_models_round3f.py``; exports compared with the unpatched eager model at B=1/T=...,
 three sizes the export never saw. One dynamo export per fix."""
+import dataclasses
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -140,6 +142,8 @@ COMPLEX_SOLVES = [PatchCase(name, build, _waves, {0: {0: "batch", 1: "time"}}, s
                   for name, build in (("complex_solve", ComplexSolveFilter),
                                       ("complex_inverse", lambda: ComplexSolveFilter(solver="inv")),
                                       ("strided_prediction", StridedPrediction))]
+# the inverse is the solve with the identity on the right (one pair form): its dynamo export (6 s) adds nothing
+COMPLEX_SOLVES[1] = dataclasses.replace(COMPLEX_SOLVES[1], exporters=("torchscript",))
 test_complex_solve_exports_as_the_real_system, test_vanilla_complex_solve_fails_as_recorded = \
     patch_case_tests(COMPLEX_SOLVES)
 
