@@ -224,7 +224,8 @@ def _index(wrapped, instance, args, kwargs):
 
 def _bit_length(wrapped, instance, args, kwargs):
     """``(T - 1).bit_length()`` (padding to a power of two) makes a dynamic size a Python int at the example's
-    value; torch then specialises the dim (``DimSpecialized``, naming no line): refused where it is taken."""
+    value; torch then specialises the dim (``DimSpecialized``, naming no line): taken one past the declared
+    maximum, or refused where it is taken (``_past_the_most``)."""
     frame = _model_frame()
     if frame is not None and _is_dynamic(instance):
         return _past_the_most(frame, instance, "bit_length() takes").bit_length()
