@@ -23,9 +23,7 @@ from onnx_compat.errors import SpectralError
 from onnx_compat.patches import linalg
 from onnx_compat.patches._complex import ComplexPair, _parts, op
 from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
-from onnx_compat.patches.complex_sites import EXPORTABLE, LINALG
-
-SOLVED = ("linalg_solve", "linalg_inv", "inverse")  # the pair forms below; the rest of LINALG is refused
+from onnx_compat.patches.complex_sites import EXPORTABLE, LINALG, SOLVED  # SOLVED: the pair forms below
 
 
 def _refuse(name: str, why: str = "complex linear algebra is missing"):

@@ -24,7 +24,7 @@ LINALG = ("linalg_solve", "linalg_solve_ex", "linalg_inv", "linalg_inv_ex", "inv
           "linalg_lu_solve", "linalg_solve_triangular", "triangular_solve", "linalg_matrix_exp", "matrix_exp")
 SOLVED = ("linalg_solve", "linalg_inv", "inverse")
 # the attribute names a model's bytecode loads for the refused ones (``torch.linalg.det``, ``x.pinverse()``)
-_CALLED = {name.split("linalg_", 1)[-1] for name in LINALG if name not in SOLVED} - {"solve", "inv", "inverse"}
+_CALLED = {name.split("linalg_", 1)[-1] for name in LINALG if name not in SOLVED}
 EXPORTABLE = ("a complex torch.linalg.solve or inverse of a static order up to 32 exports (as the real system of "
               "twice the order, [[Re A, -Im A], [Im A, Re A]] [Re x; Im x] = [Re b; Im b]): write the step with "
               "those, or run it outside the exported graph")
