@@ -105,7 +105,9 @@ def test_fp16_keeps_float32_io_unless_asked(exported, tmp_path):
 
 def test_exclusion_turns_a_missed_threshold_into_a_met_one(exported, tmp_path):
     """int8-static on the Conformer, asked for 1 dB more SNR than the recipe gives: without exclusion the
-    threshold is missed (and nothing written); with it, the worst nodes stay float and it is met."""
+    threshold is missed (and nothing written); with it, the worst nodes stay float and it is met. With 7-bit
+    weights the error is spread over the graph's 30 weighted nodes (16 out gave 0.3 dB, 18 out 1.5 dB, on an
+    AVX2 machine), so exclusion may take all of them."""
     job, path, report = exported["conformer"]
     out = str(tmp_path / "static.onnx")
     with pytest.raises(QuantizationError) as missed:
@@ -119,7 +121,7 @@ def test_exclusion_turns_a_missed_threshold_into_a_met_one(exported, tmp_path):
         quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", out=out, report=report,
                  thresholds={"snr": wanted}, exclude_limit=0)
     q = quantize(path, job["model"], job["inputs"], job["outputs"], recipe="int8-static", out=out, report=report,
-                 thresholds={"snr": wanted})
+                 thresholds={"snr": wanted}, exclude_limit=30)
     snr = [c["got"] for c in q.verification["checks"] if c["measure"] == "snr"]
     assert q.excluded and min(snr) >= wanted, (q.excluded, snr, wanted)
     cost = q.exclusion_cost

@@ -239,3 +239,32 @@ def test_verify_of_a_float_file_adds_no_quantization_note(linears):
     with pytest.raises(VerificationError) as err:
         onnx_compat.verify(path, other["model"], job["inputs"], job["outputs"])
     assert "max abs err" in str(err.value) and "quantized" not in str(err.value)
+
+
+# --- 7-bit weights: int8 files that compute the same on x86 CPUs without VNNI -------------------------------
+
+
+def _int8_weight_peak(path):
+    """The largest |value| among the file's int8 initializers (the quantized weights)."""
+    found = [np.abs(onnx.numpy_helper.to_array(t).astype(np.int32)).max()
+             for t in onnx.load(path).graph.initializer if t.data_type == onnx.TensorProto.INT8 and t.dims]
+    assert found, f"{path} holds no int8 weights"
+    return int(max(found))
+
+
+def test_int8_weights_take_seven_bits_unless_a_recipe_object_keeps_eight(linears, tmp_path):
+    """Every int8 recipe quantizes weights to 7 bits (|w| <= 64): ONNX Runtime's AVX2 kernels add pairs of
+    uint8 x int8 products in 16 bits, which 8-bit weights overflow (recipes.py's docstring has the measures).
+    A recipe object with ``reduce_range=False`` keeps the full range."""
+    from onnx_compat.quantization.recipes import DynamicInt8, by_name
+
+    job, path, report = linears["wide"]
+    for name in ("int8-dynamic", "int8-dynamic-per-channel"):
+        out = str(tmp_path / f"{name}.onnx")
+        by_name(name).make(path, out)
+        assert _int8_weight_peak(out) <= 64, name
+    static = _quantize(linears["wide"], tmp_path, recipe="int8-static", out=str(tmp_path / "static.onnx"))
+    assert _int8_weight_peak(static.path) <= 64, "int8-static"
+    full = str(tmp_path / "full.onnx")
+    DynamicInt8("int8-dynamic-8bit", ("MatMul",), reduce_range=False).make(path, full)
+    assert _int8_weight_peak(full) > 100, "reduce_range=False keeps 8-bit weights"
