@@ -5,6 +5,7 @@ exporters; ``diag_embed`` missing from TorchScript). Small models in ``pattern_m
 B=2/T=37 under ``patched()`` and compared with the unpatched eager model at B=1/T=23, B=3/T=50, B=2/T=9; the
 plain export's failure is asserted where this torch has it. One dynamo export per fix."""
 import itertools
+import os
 
 import onnx
 import pytest
@@ -17,8 +18,8 @@ from onnx_compat.patches import diagonals
 from onnx_compat.patches.recurrent import Padded
 from onnx_compat.testing import bare_onnx, patch_case_tests
 
-from helpers import pattern_cases
-from pattern_models_round3c import MaskedScoreDiagonal, PackedCharLM
+from helpers import EXPORTERS, pattern_cases
+from pattern_models_round3c import DiagonalWrite, MaskedScoreDiagonal, PackedCharLM
 
 SIZES = [(1, 23), (3, 50), (2, 9)]
 _LENGTHS_AXES = {0: {0: "b", 1: "t"}, 1: {0: "b"}}
@@ -138,3 +139,25 @@ def test_the_diagonal_is_read_by_a_gather():
     ops = {node.op_type for node in proto.graph.node}
     assert "Gather" in ops and "EyeLike" not in ops, sorted(ops)
     assert isinstance(proto, onnx.ModelProto)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_write_into_a_diagonal_is_refused_at_its_line(exporter, tmp_path):
+    """``diagonal_gather`` reads a diagonal as a copy; torch-struct writes into its chart's diagonals in place,
+    and its graph came out about -1e5 where eager gives 16.6. The write is refused at the model's line, through
+    export() (nothing written) and through plain ``patched()`` + ``torch.onnx.export``; a diagonal only read
+    still exports (the tests above)."""
+    model = DiagonalWrite()
+    x = torch.randn(2, 7, 5, 5, generator=torch.Generator().manual_seed(3))
+    eager = model(x)
+    assert (eager > -10).all(), "the in-place write reaches the chart in eager"
+    path = str(tmp_path / "m.onnx")
+    inputs = [onnx_compat.TensorSpec("data", [onnx_compat.Dim("batch"), onnx_compat.Dim("time", min=2), 5, 5])]
+    outputs = [onnx_compat.TensorSpec("output", [onnx_compat.Dim("batch")])]
+    with pytest.raises(onnx_compat.errors.ExportError,
+                       match=r"pattern_models_round3c\.py:\d+: writes into a diagonal in place"):
+        onnx_compat.export(model, path, inputs, outputs, exporter=exporter)
+    assert not os.path.exists(path)
+    with onnx_compat.patched(), pytest.raises(UnsupportedPattern, match=r"pattern_models_round3c\.py:\d+: writes"):
+        bare_onnx(model, (x,), exporter, {0: {0: "batch", 1: "time"}})
+    assert torch.equal(model(x), eager), "the model is as it was"

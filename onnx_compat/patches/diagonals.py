@@ -16,17 +16,24 @@ right, with a ``Where``): the matrix is built with ``Where(row - col == -offset,
 
 The diagonal read this way is a copy, not a view: writing into it (``x.diagonal().fill_(0)``) does not reach
 ``x``. Neither exporter exported such writes before either (measured on torch 2.13: TorchScript gives wrong
-numbers, dynamo fails to decompose), so nothing that exported right is lost. Named dims and ``out=`` are
-left to torch.
+numbers, dynamo fails to decompose), so nothing that exported right is lost. What the copy must not do is
+hide the write: torch-struct's linear chain fills its chart's diagonals in place
+(``semiring.one_(chart[:, :, :].diagonal(0, 3, 4))``) and its graph came out -1e5 where eager gives 16.6,
+found only by verification. So each copy made during a capture is kept with its version counter
+(``copies_watched``, around the capture), and a copy written into refuses the export at the line of its
+``diagonal`` call, saying how to write it out of place. Named dims and ``out=`` are left to torch.
 """
 from __future__ import annotations
 
-from typing import List
+import contextlib
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 
+from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches._calls import tensor_call
+from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from onnx_compat.patches.when import torchscript_exporting
@@ -50,6 +57,47 @@ def diagonal(x: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> 
     rows, cols = y.shape[-2], y.shape[-1]
     steps = torch.arange(cols, device=x.device)[:rows]  # min(rows, cols) of them, without comparing sizes
     return y.flatten(-2).index_select(-1, steps * (cols + 1))
+
+
+# this capture's diagonal copies: (copy, its version counter when made, the model's line); None outside one
+_watched: Optional[list] = None
+
+
+def _watch(copy: torch.Tensor) -> torch.Tensor:
+    """``copy``, kept to check: it stands for a view (``torch.diagonal``, ``linalg.diagonal``; ``torch.diag`` of
+    a matrix is a copy in eager too)."""
+    if _watched is not None:
+        _watched.append((copy, copy._version, frame_site(model_frame_outside_torch())))
+    return copy
+
+
+@contextlib.contextmanager
+def copies_watched():
+    """Around a capture: refuse it when a diagonal this patch gave as a copy was written into (its version
+    counter moved, which both exporters' traces keep), since the graph would lack the write; when the
+    capture failed too (dynamo's ``copy_to`` of the write), the refusal is the error, raised from it."""
+    global _watched
+    outer, _watched = _watched, []
+    watched = _watched
+    try:
+        yield
+    except Exception as exc:
+        _refuse_written(watched, exc)
+        raise
+    finally:
+        _watched = outer
+    _refuse_written(watched)
+
+
+def _refuse_written(watched: list, cause: Optional[BaseException] = None) -> None:
+    written = [site for copy, version, site in watched if copy._version != version]
+    if written:
+        raise UnsupportedPattern(
+            f"{written[0]}: writes into a diagonal in place (x.diagonal(...) then fill_, masked_fill_, an "
+            f"index assignment, ...); no exporter carries a write through a diagonal view (TorchScript drops "
+            f"it, dynamo fails to decompose its copy_to), so the graph would be wrong. Write it out of place: "
+            f"x = x.masked_fill(torch.eye(n, dtype=torch.bool), value) for a constant, or "
+            f"x = x + torch.diag_embed(new - x.diagonal(...), ...) for values") from cause
 
 
 def diag_embed(v: torch.Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> torch.Tensor:
@@ -101,7 +149,7 @@ def _read(b, wrapped, args, kwargs):
     if b is None or not isinstance(b["input"], torch.Tensor) or type(b["offset"]) is not int \
             or b["input"].dim() < 2 or not _dims_fit(b["input"].dim(), b["dim1"], b["dim2"]):
         return _passed(GATHER, wrapped, args, kwargs)
-    return diagonal(b["input"], b["offset"], b["dim1"], b["dim2"])
+    return _watch(diagonal(b["input"], b["offset"], b["dim1"], b["dim2"]))
 
 
 def _diag(wrapped, instance, args, kwargs):

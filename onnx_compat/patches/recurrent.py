@@ -319,7 +319,14 @@ def packing(wrapped, instance, args, kwargs):
 
 def _with_translations(wrapped, instance, args, kwargs):
     """``torch.onnx.export`` with our custom ops' translations added to the caller's table;
-    a patch's refusal is raised even when the exporter swallowed it and retried."""
+    a patch's refusal is raised even when the exporter swallowed it and retried. A write into a diagonal
+    that ``diagonal_gather`` read as a copy is refused after either exporter (``diagonals.copies_watched``)."""
+    from onnx_compat.patches.diagonals import copies_watched
+    with copies_watched():
+        return _exported(wrapped, args, kwargs)
+
+
+def _exported(wrapped, args, kwargs):
     if not kwargs.get("dynamo", _DYNAMO_DEFAULT):
         return wrapped(*args, **kwargs)
     kwargs["custom_translation_table"] = {**translations(), **(kwargs.get("custom_translation_table") or {})}

@@ -25,6 +25,7 @@ import torch
 from onnx_compat import versions
 from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
+from onnx_compat.patches import diagonals
 from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.patches.patch import acting
@@ -310,7 +311,8 @@ def run(exporter, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs
             warnings.simplefilter("always")
             with patched(**options), acting() as acted:
                 try:
-                    proto = chosen.capture(request, captured)
+                    with diagonals.copies_watched():  # a write into a diagonal read as a copy: refused
+                        proto = chosen.capture(request, captured)
                 except Exception as exc:  # located while the same patches act
                     reraise_interrupt(exc)  # Ctrl-C wrapped in an exporter's error stops the export
                     where = chosen.locate(exc, request)
