@@ -23,6 +23,7 @@ from onnx_compat.pipeline.files import content_hash
 from onnx_compat.quantization import (QuantizationError, QuantizationWarning, auto, finish_export, latency, quantize,
                                       verify_quantized)
 from onnx_compat.quantization import recorded, verify_approx
+from onnx_compat.quantization.recipes import DynamicInt8, by_name
 from onnx_compat.spec import make_inputs
 from onnx_compat.testing import assert_not_degenerate
 
@@ -256,8 +257,6 @@ def test_int8_weights_take_seven_bits_unless_a_recipe_object_keeps_eight(linears
     """Every int8 recipe quantizes weights to 7 bits (|w| <= 64): ONNX Runtime's AVX2 kernels add pairs of
     uint8 x int8 products in 16 bits, which 8-bit weights overflow (recipes.py's docstring has the measures).
     A recipe object with ``reduce_range=False`` keeps the full range."""
-    from onnx_compat.quantization.recipes import DynamicInt8, by_name
-
     job, path, report = linears["wide"]
     for name in ("int8-dynamic", "int8-dynamic-per-channel"):
         out = str(tmp_path / f"{name}.onnx")

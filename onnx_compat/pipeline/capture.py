@@ -311,7 +311,9 @@ def run(exporter, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs
             warnings.simplefilter("always")
             with patched(**options), acting() as acted:
                 try:
-                    with diagonals.copies_watched():  # a write into a diagonal read as a copy: refused
+                    # a write into a diagonal read as a copy is refused; torch.onnx.export's own wrapper
+                    # (onnx_translations) does it for plain patched() use, but exists only from torch 2.13
+                    with diagonals.copies_watched():
                         proto = chosen.capture(request, captured)
                 except Exception as exc:  # located while the same patches act
                     reraise_interrupt(exc)  # Ctrl-C wrapped in an exporter's error stops the export
