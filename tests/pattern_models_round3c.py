@@ -1,6 +1,7 @@
-"""Small models of two round-three first-contact patterns (issue #47): an LSTM wrapper that packs only what is not
+"""Small models of round-three first-contact patterns (issue #47): an LSTM wrapper that packs only what is not
 packed yet (stanza's PackedLSTM under its character LM), and the diagonal of a score matrix masked with -inf
-(torch-struct's dependency-tree partition). Used by test_round3_fixes_a.py.
+(torch-struct's dependency-tree partition), and torch-struct's writes into a diagonal and through ``.data``. Used by
+test_round3_fixes_a.py.
 
 Kept out of the test modules, as pattern_models.py is: pytest rewrites the ``assert`` statements of test
 modules, and model code must reach the exporters as a library has it.
@@ -108,3 +109,20 @@ class DiagonalWrite(nn.Module):
         chart = torch.zeros(1, B, T, self.states, self.states, dtype=x.dtype).fill_(-1e5)
         chart[:, :, :].diagonal(0, 3, 4).fill_(0.0)
         return torch.logsumexp((chart + x[None]).flatten(2), dim=-1)[0]  # [B]
+
+
+class DataAliases(nn.Module):
+    """torch-struct's linear chain masks the padded steps of its potentials through ``.data``
+    (``semiring.zero_mask_(lp.data, mask)``), and older code reads ``.data`` as a value: a write and a read
+    through the alias, beside a parameter's ``.data`` read in the forward (a weight constrained on the fly)."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x, lengths):  # x: [B, T, D], lengths: [B]
+        B, T = x.shape[0], x.shape[1]
+        scores = self.proj(x) + x @ self.proj.weight.data.clamp(-0.2, 0.2)
+        padded = torch.arange(T, device=x.device).view(1, T) >= lengths.view(B, 1)
+        scores.data.masked_fill_(padded.unsqueeze(-1), -1e4)
+        return torch.stack([scores.data.logsumexp(1), scores.logsumexp(1)], dim=-1)  # [B, D, 2]

@@ -16,10 +16,10 @@ import onnx_compat
 from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches import diagonals
 from onnx_compat.patches.recurrent import Padded
-from onnx_compat.testing import bare_onnx, patch_case_tests
+from onnx_compat.testing import PatchCase, bare_onnx, patch_case_tests
 
 from helpers import EXPORTERS, pattern_cases
-from pattern_models_round3c import DiagonalWrite, MaskedScoreDiagonal, PackedCharLM
+from pattern_models_round3c import DataAliases, DiagonalWrite, MaskedScoreDiagonal, PackedCharLM
 
 SIZES = [(1, 23), (3, 50), (2, 9)]
 _LENGTHS_AXES = {0: {0: "b", 1: "t"}, 1: {0: "b"}}
@@ -161,3 +161,38 @@ def test_a_write_into_a_diagonal_is_refused_at_its_line(exporter, tmp_path):
     with onnx_compat.patched(), pytest.raises(UnsupportedPattern, match=r"pattern_models_round3c\.py:\d+: writes"):
         bare_onnx(model, (x,), exporter, {0: {0: "batch", 1: "time"}})
     assert torch.equal(model(x), eager), "the model is as it was"
+
+
+# --- .data ------------------------------------------------------------------------------------------------
+
+def _data_inputs(B, T, seed):
+    return _padded_tokens(B, T, torch.Generator().manual_seed(seed))
+
+
+# a write and a read through ``.data`` (torch-struct's ``zero_mask_(lp.data, mask)``), exported with gradients off
+# and, as a plain torch.onnx.export runs, on (TorchScript then reads a tensor that wants gradients)
+# and, as a plain torch.onnx.export runs, on (TorchScript then reads a tensor that wants gradients); unpatched,
+# TorchScript bakes the read's sizes (the example's batch of 2 meets B=1) and dynamo's crash is recorded below
+_BAKED = "Non concat axis dimensions must match"
+DATA = [PatchCase(f"data_aliases_{mode.__name__}", DataAliases, _data_inputs, _LENGTHS_AXES, sizes=SIZES,
+                  grad_mode=mode, exporters=exporters, vanilla={"torchscript": _BAKED})
+        for mode, exporters in ((torch.no_grad, ("torchscript", "dynamo")), (torch.enable_grad, ("torchscript",)))]
+test_data_alias_matches_eager, test_vanilla_data_alias_fails_as_recorded = patch_case_tests(DATA)
+
+
+@pytest.mark.torch_facts
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+def test_vanilla_dynamo_stops_or_crashes_on_data_aliases():
+    """Unpatched, torch 2.13's dynamo export of DataAliases dies in its decompositions (a segmentation fault in
+    ``aten.set_`` of a fake storage; a smaller model stops at "a fake tensor in the exported program constant's
+    list"): run in a child process, which must not end well."""
+    import subprocess
+    import sys
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); from pattern_models_round3c import DataAliases; "
+            "x = torch.randn(2, 9, 8); lengths = torch.tensor([9, 5]); b = torch.export.Dim('b'); "
+            "t = torch.export.Dim('t'); torch.onnx.export(DataAliases().eval(), (x, lengths), dynamo=True, "
+            "dynamic_shapes=({0: b, 1: t}, {0: b}))")
+    done = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0 and (done.returncode < 0 or "fake tensor" in done.stderr
+                                     or "ConversionError" in done.stderr), done.stderr[-2000:]

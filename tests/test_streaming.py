@@ -419,10 +419,10 @@ class _Unread(_Step):
 
 
 class _HiddenUpdate(_Step):
-    """Updates its cache through ``.data``, which a trace does not record: the graph returns it unchanged."""
+    """Updates its cache through ``.numpy()``, which a trace does not record: the graph returns it unchanged."""
 
     def step(self, x, cache):
-        cache.data.copy_(torch.cat([cache, x], 1)[:, -2:].data)
+        cache.numpy()[:] = torch.cat([cache, x], 1)[:, -2:].numpy()
         return self.lin(x) + cache.sum(1, keepdim=True), cache
 
 

@@ -32,6 +32,7 @@ from onnx_compat.patches import length_caches  # noqa: F401
 from onnx_compat.patches import int_types  # noqa: F401
 from onnx_compat.patches import linalg  # noqa: F401
 from onnx_compat.patches import diagonals  # noqa: F401
+from onnx_compat.patches import data_reads  # noqa: F401
 from onnx_compat.patches import draws  # noqa: F401
 from onnx_compat.patches import padding_mask  # noqa: F401
 from onnx_compat.patches import fixed_pieces  # noqa: F401

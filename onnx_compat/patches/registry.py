@@ -2,7 +2,8 @@
 
 A patch declares what it replaces and when it acts (``patch.py``); this module
 keeps them and does all the swapping and restoring, so no patch touches ``setattr`` itself. Every
-replacement is a ``wrapt.FunctionWrapper`` around the object found at entry:
+replacement is a ``wrapt.FunctionWrapper`` around the object found at entry (for an attribute such as
+``Tensor.data``, around its getter):
 ``__wrapped__``, name and docs stay intact, and outside its moment (``when``)
 the wrapper calls straight through, so eager code is unchanged.
 
@@ -108,8 +109,20 @@ def _swap(patch: Patch, found: Tuple[object, str], changes: Changes, proxies: Di
     owner, attr = found
     original = _own_value(owner, attr)
     if id(original) not in proxies:
-        proxies[id(original)] = (original, wrapt.FunctionWrapper(original, patch.gate))
+        proxies[id(original)] = (original, _proxy(patch, original))
     changes.setattr(owner, attr, proxies[id(original)][1])
+
+
+def _proxy(patch: Patch, original):
+    """The wrapper put in place of ``original``. An attribute with a setter and no call (``Tensor.data``, a C
+    getset descriptor) is read through a property whose getter is the wrapper; writing it is left as it was."""
+    if callable(original) or not hasattr(original, "__set__"):
+        return wrapt.FunctionWrapper(original, patch.gate)
+
+    def read(instance):
+        return original.__get__(instance, type(instance))
+
+    return property(wrapt.FunctionWrapper(read, patch.gate), original.__set__, None, original.__doc__)
 
 
 def _swap_loaded(patch: Patch, target: str) -> None:
