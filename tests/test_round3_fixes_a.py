@@ -196,3 +196,18 @@ def test_vanilla_dynamo_stops_or_crashes_on_data_aliases():
                           timeout=300)
     assert done.returncode != 0 and (done.returncode < 0 or "fake tensor" in done.stderr
                                      or "ConversionError" in done.stderr), done.stderr[-2000:]
+
+
+def test_data_outside_a_trace_is_torchs_own_and_is_restored():
+    """Inside ``patched()`` but outside an export, ``.data`` reads and writes as torch's own (an alias without
+    gradient, writable under a parameter); on exit ``torch.Tensor`` holds no override of its own."""
+    assert "data" not in vars(torch.Tensor)
+    weight = torch.nn.Parameter(torch.zeros(3))
+    with onnx_compat.patched():
+        assert "data" in vars(torch.Tensor)
+        alias = weight.data
+        assert type(alias) is torch.Tensor and alias is not weight and not alias.requires_grad
+        alias.add_(1.0)
+        weight.data = torch.full((3,), 2.0)
+    assert "data" not in vars(torch.Tensor)
+    assert torch.equal(weight.detach(), torch.full((3,), 2.0)) and torch.equal(alias, torch.ones(3))
