@@ -3,7 +3,7 @@
 ``.data`` hands out an alias of a tensor that no trace records. TorchScript takes it for a constant: its values
 and sizes are baked at the example and a write through it (``lp.data.masked_fill_(mask, -1e4)``) is lost from
 the graph; dynamo lifts it into the exported program as a constant and stops ("a fake tensor in the exported
-program constant's list"). Older model code reads and writes through it (torch-struct's linear chain:
+program constant's list"), or crashes in its decompositions (``aten.set_`` of a fake storage). Older model code reads and writes through it (torch-struct's linear chain:
 ``semiring.zero_mask_(lp.data, mask)``). ``detach()`` is the same alias as a traced op: the same values, writes
 that reach the tensor, no gradient, as ``.data`` gives; under TorchScript a tensor other than a parameter is
 read as itself. Outside a trace ``.data`` is torch's own.
@@ -41,9 +41,10 @@ def _read(wrapped, instance, args, kwargs):
 
 register(Patch(
     name=NAME,
-    description="Tensor.data read while exporting is traced as detach(): reads follow the input's sizes and "
-                "writes through it reach the tensor under both exporters (TorchScript baked and lost them, "
-                "dynamo stopped at a fake tensor among the program's constants)",
+    description="Tensor.data read while a model is traced is the tensor as an op the exporter records "
+                "(detach() under dynamo, the tensor itself under TorchScript): its sizes follow the input and "
+                "writes through it reach the tensor (TorchScript baked and lost them; dynamo stopped at a fake "
+                "tensor among the program's constants, or crashed in its decompositions)",
     targets=("torch:Tensor.data",),
     aliases=False,  # a descriptor, never imported under a name of its own
     wrapper=_read,
