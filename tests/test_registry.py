@@ -385,6 +385,37 @@ def test_an_on_import_target_is_patched_when_its_module_loads_inside_the_block(t
         Patch(name="bad_on_import", targets=(), on_import=("m:f",), wrapper=lambda w, i, a, k: None, description="x")
 
 
+class _Holder:
+    """A class whose attribute is a data descriptor inherited from its base, as ``Tensor.data`` is."""
+
+    def __init__(self):
+        self.stored = 1
+
+
+class _Derived(_Holder):
+    pass
+
+
+_Holder.value = property(lambda self: self.stored, lambda self, v: setattr(self, "stored", v))
+
+
+def test_an_attribute_with_a_setter_is_wrapped_at_its_getter():
+    """A target that is an attribute with a setter, not a call: reading it goes through the gate (the wrapper only
+    in its moment), writing it is the original's, and on exit the subclass holds no override of its own."""
+    patch = Patch(name="read_plus_ten", targets=("test_registry:_Derived.value",),
+                  wrapper=lambda w, i, a, k: w(*a, **k) + 10, description="x", when="always", aliases=False)
+    registry.register(patch)
+    try:
+        held = _Derived()
+        with onnx_compat.patched(only=["read_plus_ten"]):
+            assert "value" in vars(_Derived) and held.value == 11
+            held.value = 5
+            assert held.stored == 5 and held.value == 15
+        assert "value" not in vars(_Derived) and held.value == 5
+    finally:
+        registry._REGISTRY.pop("read_plus_ten")
+
+
 def test_a_torchscript_export_does_not_load_the_dynamo_exporter():
     """The dynamo exporter's modules (dynamo, sympy: about 1 s) load only for a dynamo export; in a fresh
     process a TorchScript export of a patched model leaves them unloaded, and a dynamo export after it
