@@ -170,7 +170,6 @@ def _data_inputs(B, T, seed):
 
 
 # a write and a read through ``.data`` (torch-struct's ``zero_mask_(lp.data, mask)``), exported with gradients off
-# and, as a plain torch.onnx.export runs, on (TorchScript then reads a tensor that wants gradients)
 # and, as a plain torch.onnx.export runs, on (TorchScript then reads a tensor that wants gradients); unpatched,
 # TorchScript bakes the read's sizes (the example's batch of 2 meets B=1) and dynamo's crash is recorded below
 _BAKED = "Non concat axis dimensions must match"
