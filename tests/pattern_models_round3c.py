@@ -98,16 +98,22 @@ class DiagonalWrite(nn.Module):
     """torch-struct's linear-chain chart: a log-semiring chart [1, B, T, C, C] filled with its zero (-1e5), its
     diagonals set to the semiring's one in place through a view (``chart[:, :, :].diagonal(0, 3, 4).fill_(0.0)``,
     as ``semiring.one_`` does), then the potentials added and the chart reduced. A diagonal read as a copy would
-    lose the write: the output would be ~-1e5 where eager gives about the potentials' logsumexp."""
+    lose the write: the output would be ~-1e5 where eager gives about the potentials' logsumexp.
 
-    def __init__(self, states: int = 5):
+    ``values=True`` also writes values through views: the first state's potentials onto the main diagonal
+    (``copy_``) and, below it, the diagonal of the potentials shifted by one state (an offset of -1)."""
+
+    def __init__(self, states: int = 5, values: bool = False):
         super().__init__()
-        self.states = states
+        self.states, self.values = states, values
 
     def forward(self, x):  # x: [B, T, C, C] edge potentials
         B, T = x.shape[0], x.shape[1]
         chart = torch.zeros(1, B, T, self.states, self.states, dtype=x.dtype).fill_(-1e5)
         chart[:, :, :].diagonal(0, 3, 4).fill_(0.0)
+        if self.values:
+            chart[0].diagonal(0, 2, 3).copy_(x[..., 0])
+            chart[0].diagonal(-1, -2, -1)[:] = x.diagonal(1, 2, 3) * 0.5
         return torch.logsumexp((chart + x[None]).flatten(2), dim=-1)[0]  # [B]
 
 

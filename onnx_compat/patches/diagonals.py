@@ -14,14 +14,21 @@ at ``i * (cols + 1)`` (after moving the two dims last and slicing off the offset
 part; ``trace`` is the sum of that. ``diag_embed_where`` (TorchScript only: the dynamo exporter writes it
 right, with a ``Where``): the matrix is built with ``Where(row - col == -offset, v, 0)``.
 
-The diagonal read this way is a copy, not a view: writing into it (``x.diagonal().fill_(0)``) does not reach
-``x``. Neither exporter exported such writes before either (measured on torch 2.13: TorchScript gives wrong
-numbers, dynamo fails to decompose), so nothing that exported right is lost. What the copy must not do is
-hide the write: torch-struct's linear chain fills its chart's diagonals in place
-(``semiring.one_(chart[:, :, :].diagonal(0, 3, 4))``) and its graph came out -1e5 where eager gives 16.6,
-found only by verification. So each copy made during a capture is kept with its version counter
-(``copies_watched``, around the capture), and a copy written into refuses the export at the line of its
-``diagonal`` call, saying how to write it out of place. Named dims and ``out=`` are left to torch.
+Under the dynamo exporter a diagonal stays the view it is (``torch.diagonal``, ``Tensor.diagonal``,
+``torch.linalg.diagonal``) and the graph gets the gather from ONNX translations of ``aten::diagonal`` and
+``aten::diagonal_scatter`` (``_diagonal_onnx.py``, added by ``onnx_translations``, which this patch requires
+where torch takes a translation table): a write through the view (``x.diagonal(0, -2, -1).fill_(0.0)``,
+torch-struct's ``semiring.one_``), which torch.export turns into ``diagonal_scatter``, then exports too
+(unpatched it stops in torch.onnx's decomposition: "expected to have an entirely functional graph").
+
+Under TorchScript the diagonal read as a gather is a copy, not a view: writing into it does not reach ``x``,
+and the TorchScript exporter gives wrong numbers for such a write unpatched too (torch 2.13), so nothing that
+exported right is lost. What the copy must not do is hide the write: torch-struct's linear chain fills its
+chart's diagonals in place (``semiring.one_(chart[:, :, :].diagonal(0, 3, 4))``) and its graph came out -1e5
+where eager gives 16.6, found only by verification. So each copy made during a capture is kept with its
+version counter (``copies_watched``, around the capture), and a copy written into refuses the export at the
+line of its ``diagonal`` call, saying how to write it out of place or to export with dynamo. Named dims and
+``out=`` are left to torch.
 """
 from __future__ import annotations
 
@@ -31,15 +38,18 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
+from onnx_compat import versions
 from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches._calls import tensor_call
 from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
-from onnx_compat.patches.when import torchscript_exporting
+from onnx_compat.patches.when import dynamo_exporting, torchscript_exporting
 
 GATHER = "diagonal_gather"
 WHERE = "diag_embed_where"
+# the dynamo exporter takes ONNX translations (torch.onnx.export's custom_translation_table): views stay views
+TRANSLATED = versions.HAS_DYNAMO and "custom_translation_table" in versions.EXPORT_PARAMS
 
 
 def _last_two(rank: int, d1: int, d2: int) -> List[int]:
@@ -94,10 +104,18 @@ def _refuse_written(watched: list, cause: Optional[BaseException] = None) -> Non
     if written:
         raise UnsupportedPattern(
             f"{written[0]}: writes into a diagonal in place (x.diagonal(...) then fill_, masked_fill_, an "
-            f"index assignment, ...); no exporter carries a write through a diagonal view (TorchScript drops "
-            f"it, dynamo fails to decompose its copy_to), so the graph would be wrong. Write it out of place: "
-            f"x = x.masked_fill(torch.eye(n, dtype=torch.bool), value) for a constant, or "
-            f"x = x + torch.diag_embed(new - x.diagonal(...), ...) for values") from cause
+            f"index assignment, ...); the TorchScript exporter drops a write through a diagonal view, so the "
+            f"graph would be wrong. Export with dynamo{'' if TRANSLATED else ' (torch 2.13 or later)'}, or "
+            f"write it out of place: x = x.masked_fill(torch.eye(n, dtype=torch.bool), value) for a constant, "
+            f"or x = x + torch.diag_embed(new - x.diagonal(...), ...) for values") from cause
+
+
+def translations() -> dict:
+    """The ONNX translations the dynamo exporter needs for the views ``_read`` leaves to torch (none unless
+    this patch is in place)."""
+    from onnx_compat.patches import _diagonal_onnx
+    from onnx_compat.patches.registry import applied_patches
+    return _diagonal_onnx.translations() if TRANSLATED and GATHER in applied_patches() else {}
 
 
 def diag_embed(v: torch.Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> torch.Tensor:
@@ -149,6 +167,8 @@ def _read(b, wrapped, args, kwargs):
     if b is None or not isinstance(b["input"], torch.Tensor) or type(b["offset"]) is not int \
             or b["input"].dim() < 2 or not _dims_fit(b["input"].dim(), b["dim1"], b["dim2"]):
         return _passed(GATHER, wrapped, args, kwargs)
+    if TRANSLATED and dynamo_exporting():
+        return wrapped(*args, **kwargs)  # the view; the graph reads it by the translation (translations())
     return _watch(diagonal(b["input"], b["offset"], b["dim1"], b["dim2"]))
 
 
@@ -194,11 +214,13 @@ register(Patch(
     description="diagonals of tensors holding infinities (masked -inf arc scores: torch-struct's dependency "
                 "CRF) export without NaN under both exporters (a Gather, not EyeLike*Mul): torch.diagonal, "
                 "Tensor.diagonal, torch.linalg.diagonal, torch.diag, torch.trace; diag, trace and "
-                "linalg.diagonal also export under TorchScript",
+                "linalg.diagonal also export under TorchScript; under dynamo a write through a diagonal view "
+                "(x.diagonal().fill_(v)) exports (a Where), under TorchScript it is refused at its line",
     targets=("torch:diagonal", "torch:Tensor.diagonal", "torch:linalg.diagonal", "torch:diag", "torch:Tensor.diag",
              "torch:trace", "torch:Tensor.trace"),
     wrapper=_gather,
     when="export",
+    requires=("onnx_translations",) if TRANSLATED else (),  # the translations serve its dynamo path
 ))
 register(Patch(
     name=WHERE,

@@ -306,10 +306,11 @@ def pad_packed(wrapped, instance, args, kwargs):
 
 
 def translations() -> dict:
-    """Our custom ops -> their ONNX translations (onnxscript imported on use)."""
-    from onnx_compat.patches import _rnn_onnx as rnn_onnx
+    """Our custom ops -> their ONNX translations (onnxscript imported on use), and the diagonals' ATen ops
+    where ``diagonal_gather`` is in place."""
+    from onnx_compat.patches import _rnn_onnx as rnn_onnx, diagonals
     return {torch.ops.onnx_compat.rnn.default: rnn_onnx.rnn,
-            torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed}
+            torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed, **diagonals.translations()}
 
 
 def packing(wrapped, instance, args, kwargs):
@@ -346,6 +347,7 @@ def _exported(wrapped, args, kwargs):
 register(Patch(
     name="onnx_translations",
     description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops "
+                "and of the diagonals' ATen ops (diagonal_gather) "
                 "(added to the caller's custom_translation_table)",
     targets=("torch.onnx:export",),
     wrapper=_with_translations,
