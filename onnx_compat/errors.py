@@ -113,6 +113,11 @@ class SizeBranch(RewriteAsked):
     is false (``patches/size_branches.py``), not the example's side at every size."""
 
 
+class EmptySkip(RewriteAsked):
+    """``if <data-dependent size> == 0: continue``: the rest of the loop step runs on the empty selection
+    (``patches/empty_skips.py``) instead of a guard on a value of the data."""
+
+
 class SpectralError(OnnxCompatError, RuntimeError):
     """A complex-valued call the spectral patches cannot write as real ops."""
 

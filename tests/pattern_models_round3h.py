@@ -100,3 +100,39 @@ class PadToMultiple(nn.Module):
             if le % self.stride:
                 x = nn.functional.pad(x, (0, self.stride - le % self.stride), value=0.5)
         return self.conv(x)
+
+
+class ExpertSkip(nn.Module):
+    """A mixture-of-experts feed-forward routed per frame, looping over its experts as mambapy's Jamba and
+    Mixtral-style blocks do (``mambapy/jamba.py:497-507``): each frame's top-``k`` experts by router score, then
+    for each expert the frames routed to it (``torch.where`` of its mask: a size only the data decides),
+    skipped when there are none, the expert's output weighted and added back with ``index_add_``. ``test``
+    spells the skip's condition ("eq": ``top_x.shape[0] == 0``, "lt": ``top_x.size(0) < 1``). ``mean=True``: the
+    step also adds the mean of the expert's outputs to every frame (their sum over their count), 0 / 0 on an
+    empty selection: the skip is then more than a shortcut."""
+
+    def __init__(self, d: int = 8, experts: int = 6, k: int = 2, test: str = "eq", mean: bool = False):
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+                                     for _ in range(experts))
+        self.k, self.test, self.mean = k, test, mean
+
+    def forward(self, x):  # x: [B, T, D]
+        B, T, D = x.shape
+        hidden = x.reshape(-1, D)
+        weights, chosen = torch.softmax(self.router(hidden), dim=-1).topk(self.k, dim=-1)
+        mask = torch.nn.functional.one_hot(chosen, len(self.experts)).permute(2, 1, 0)  # [E, k, B*T]
+        out = torch.zeros_like(hidden)
+        for e, expert in enumerate(self.experts):
+            idx, top_x = torch.where(mask[e])
+            if self.test == "eq":
+                if top_x.shape[0] == 0:
+                    continue
+            elif top_x.size(0) < 1:
+                continue
+            y = expert(hidden[top_x]) * weights[top_x, idx, None]
+            out.index_add_(0, top_x, y.to(out.dtype))
+            if self.mean:
+                out = out + y.sum(0) / top_x.shape[0]
+        return (x + out.reshape(B, T, D)).tanh()

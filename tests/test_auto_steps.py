@@ -109,7 +109,7 @@ _BT = {0: {0: "b", 1: "t"}}
 # the classes those modules export one by one (the loops a scan cannot carry, which both exporters refuse)
 LATER = _one_per_class(test_loops.CASES + test_round3_fixes_a.ROUND3_FIXES + test_float_sizes.FLOAT_CASES
                        + [test_round3_fixes_d.STORES, test_round3_fixes_d.STABILISED] + test_range_forms.CASES
-                       + test_size_branches.CASES + test_item9_spectral.CASES) + pattern_cases({
+                       + test_size_branches.CASES + test_size_branches.EXPERT_CASES + test_item9_spectral.CASES) + pattern_cases({
     "row_mask": (RowMask, _lengths_within, {0: {0: "b", 1: "t"}, 1: {0: "b"}}, (), {}),
     "log2_scan": (Log2Scan, _btd, _BT, (), {}),
     "power_of_two_pad": (PowerOfTwoPad, _btd, _BT, (), {}),

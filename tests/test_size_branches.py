@@ -1,17 +1,32 @@
-"""Issue #47 item 9 (torchaudio's HDemucs, ``_hdemucs.py:158``): a pad to a multiple behind a branch on the size.
+"""Branches on sizes under dynamo.
+
+Issue #47 item 9 (torchaudio's HDemucs, ``_hdemucs.py:158``): a pad to a multiple behind a branch on the size.
 
 ``if not le % stride == 0: x = F.pad(x, (0, stride - le % stride))``: both exporters took the example's side, so
 at a length that is a multiple the graph padded a whole stride (one frame too many). Under dynamo the capture runs
 again with the pad made at every size, by zero where the branch is not taken (``patches/size_branches.py``).
 Checked against the unpatched eager model at lengths that are and are not multiples of the stride (B=1
 included), three spellings of the condition.
+
+Issue #47 pattern 2 (mambapy's Jamba, ``jamba.py:503``): a mixture-of-experts loop that skips an expert no frame
+was routed to, ``if top_x.shape[0] == 0: continue``, a size only the data decides: dynamo stops at the guard;
+the capture runs again with the rest of the step run on the empty selection (``patches/empty_skips.py``).
+Checked at sizes where experts go empty (one frame, top-2 of 6), and a step that is not a no-op on an empty
+selection (a mean: NaN) is caught by verification, not written.
 """
+import ast
+import os
+
+import pytest
 import torch
 
-from onnx_compat.patches import size_branches
+import onnx_compat
+from onnx_compat import Dim, TensorSpec
+from onnx_compat.patches import empty_skips, size_branches
 from onnx_compat.testing import PatchCase, patch_case_tests
 
-from pattern_models_round3h import PadToMultiple
+from helpers import EXPORTERS
+from pattern_models_round3h import ExpertSkip, PadToMultiple
 
 # T=48 and 72 are multiples of the stride (no pad in eager), 33 and 50 are not; the example 50 pads
 SIZES = ((1, 48), (3, 33), (2, 72))
@@ -58,4 +73,62 @@ def test_only_a_lone_pad_behind_comparisons_of_sizes_is_rewritten():
     }
     for source, why in forms.items():
         said = size_branches._why_not(ast.parse(source).body[0])
+        assert (said is None) if why is None else (why in said), (source, said)
+
+
+# --- a skip of an empty selection ------------------------------------------------------------------------------
+
+def _frames(B, T, seed):
+    return (torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _expert_case(test):
+    return PatchCase(f"expert_skip_{test}", lambda: ExpertSkip(test=test), _frames, {0: {0: "batch", 1: "time"}},
+                     sizes=EXPERT_SIZES, example=(2, 23), exporters=("dynamo",), atol=1e-5, rtol=1e-4,
+                     vanilla={"dynamo": "data-dependent"})
+
+
+# one frame routed to 2 of 6 experts leaves 4 of them empty, two frames at least 2: the skipped path is checked
+EXPERT_SIZES = ((1, 1), (1, 2), (3, 40))
+EXPERT_CASES = [_expert_case("eq"), _expert_case("lt")]
+test_an_empty_selection_skip_exports_under_dynamo, test_vanilla_empty_selection_skip_stops_at_the_guard = \
+    patch_case_tests(EXPERT_CASES)
+
+
+def test_the_sizes_leave_experts_empty():
+    """The checks above reach the skipped path: at the first two sizes fewer frames x top-k than experts, so some
+    expert gets no frame whatever the router says (and, with these weights, at the third too or not)."""
+    model = ExpertSkip()
+    for B, T in EXPERT_SIZES[:2]:
+        assert B * T * model.k < len(model.experts), (B, T)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter here")
+def test_a_step_that_is_more_than_a_shortcut_is_caught_by_verification(tmp_path):
+    """The rewrite assumes the rest of the step does nothing on an empty selection; a mean over it is NaN there.
+    Verification at a size that leaves an expert empty fails, naming it, and nothing is written."""
+    path = str(tmp_path / "m.onnx")
+    model = ExpertSkip(mean=True).eval()
+    x = torch.randn(1, 1, 8)
+    assert torch.isfinite(model(x)).all()  # eager skips the empty experts
+    spec = [TensorSpec("x", [Dim("batch"), Dim("time"), 8])]
+    with pytest.raises(onnx_compat.ExportError, match=r"example sizes \{'batch': 1, 'time': 1\}: output 'y' max abs err inf"):
+        onnx_compat.export(model, path, spec, [TensorSpec("y", [Dim("batch"), Dim("time"), 8])],
+                           exporter="dynamo", sizes={"batch": 2, "time": 23}, examples=[{"x": x}])
+    assert not os.path.exists(path)
+
+
+def test_only_a_lone_continue_behind_a_zero_test_is_removed():
+    forms = {
+        "if n == 0:\n    continue\n": None,
+        "if 0 == n:\n    continue\n": None,
+        "if n < 1:\n    continue\n": None,
+        "if n <= 0:\n    continue\n": None,
+        "if n == 0:\n    continue\nelse:\n    y = 1\n": "lone 'continue'",
+        "if n == 0:\n    y = 1\n    continue\n": "lone 'continue'",
+        "if n == 1:\n    continue\n": "compared with zero",
+        "if n > 0:\n    continue\n": "compared with zero",
+    }
+    for source, why in forms.items():
+        said = empty_skips.why_not(ast.parse(source).body[0])
         assert (said is None) if why is None else (why in said), (source, said)

@@ -32,7 +32,7 @@ from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from onnx_compat.patches.when import dynamo_exporting
 
-from . import scan_loops, source_rewrites
+from . import empty_skips, scan_loops, source_rewrites
 from ._warning_site import model_frame_outside_torch
 
 NAME = "size_branch_pads"
@@ -159,6 +159,8 @@ def _bool(wrapped, instance, args, kwargs):
     frame = model_frame_outside_torch()
     tree = None if frame is None else scan_loops._function_ast(frame.f_code)
     branch = None if tree is None else source_rewrites.branch_at(tree, frame.f_lineno)
+    if frame is not None:
+        empty_skips.asked_at(instance, branch, frame)  # a skip of an empty selection (its own patch, this hook)
     if branch is None or _why_not(branch) is not None:
         idle(NAME)
         return wrapped(*args, **kwargs)

@@ -49,6 +49,32 @@ def asked_in(node: ast.If, lines) -> List[int]:
     return [line for line in lines if node.lineno <= line <= last]
 
 
+class AskedIfs(ast.NodeTransformer):
+    """Every ``if`` whose test spans one of ``lines`` replaced by ``replace(node)`` (a statement or a list of
+    them) where ``why_not(node)`` is None; ``unanswered()`` gives the lines that were not, with why."""
+
+    def __init__(self, lines, why_not: Callable[[ast.If], Optional[str]], replace: Callable[[ast.If], object]):
+        self.lines, self.why_not, self.replace = set(lines), why_not, replace
+        self.refused: Dict[int, str] = {}
+        self.done: set = set()
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        asked = asked_in(node, self.lines)
+        if not asked:
+            return node
+        why = self.why_not(node)
+        if why is not None:
+            self.refused.update(dict.fromkeys(asked, why))
+            return node
+        self.done.update(asked)
+        return self.replace(node)
+
+    def unanswered(self) -> Dict[int, str]:
+        return {line: self.refused.get(line, "no 'if' statement starts on that line")
+                for line in self.lines if line not in self.done}
+
+
 def branch_at(tree: ast.AST, line: int) -> Optional[ast.If]:
     """The ``if`` whose condition spans ``line`` in ``tree``, or None."""
     return next((n for n in ast.walk(tree) if isinstance(n, ast.If) and asked_in(n, (line,))), None)

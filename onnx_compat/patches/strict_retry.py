@@ -27,10 +27,10 @@ from onnx_compat.errors import UnsupportedPattern, raised_from
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
-from . import range_names, size_branches, source_rewrites, value_branches
+from . import empty_skips, range_names, size_branches, source_rewrites, value_branches
 
 # what the non-strict capture answers by running again with the model's function rewritten at the line it names
-REWRITES = (value_branches.RULE, range_names.RULE, size_branches.RULE)
+REWRITES = (value_branches.RULE, range_names.RULE, size_branches.RULE, empty_skips.RULE)
 
 _NAME = "refusals_end_capture"
 _STRATEGIES = "torch.onnx._internal.exporter._capture_strategies"

@@ -95,33 +95,18 @@ def selected(branch: ast.If, k: int) -> List[ast.stmt]:
     return out
 
 
-class Select(ast.NodeTransformer):
+def Select(lines) -> source_rewrites.AskedIfs:  # noqa: N802 - a transformer, named as one
     """Every ``if`` whose test spans one of ``lines`` written as ``selected``; ``refused`` keeps why one could
     not be, ``done`` the lines that were (each as asked: a frame stopped in a test of several lines names one
     of them)."""
-
-    def __init__(self, lines):
-        self.lines, self.refused, self.done = set(lines), {}, set()
-
-    def visit_If(self, node):
-        self.generic_visit(node)
-        asked = source_rewrites.asked_in(node, self.lines)
-        if not asked:
-            return node
-        why = why_not(node)
-        if why is not None:
-            self.refused.update(dict.fromkeys(asked, why))
-            return node
-        self.done.update(asked)
-        return selected(node, node.lineno)
+    return source_rewrites.AskedIfs(lines, why_not, lambda node: selected(node, node.lineno))
 
 
 def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
     """The ``if`` at each of ``lines`` as ``torch.where``; the lines that could not be, with why."""
     select = Select(lines)
     select.visit(definition)
-    return {line: select.refused.get(line, "no 'if' statement starts on that line")
-            for line in lines if line not in select.done}
+    return select.unanswered()
 
 
 RULE = source_rewrites.Rule("where", DataDependentBranch, _rewrite, "as torch.where of its sides",
