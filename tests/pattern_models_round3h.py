@@ -109,14 +109,16 @@ class ExpertSkip(nn.Module):
     skipped when there are none, the expert's output weighted and added back with ``index_add_``. ``test``
     spells the skip's condition ("eq": ``top_x.shape[0] == 0``, "lt": ``top_x.size(0) < 1``). ``mean=True``: the
     step also adds the mean of the expert's outputs to every frame (their sum over their count), 0 / 0 on an
-    empty selection: the skip is then more than a shortcut."""
+    empty selection: the skip is then more than a shortcut. ``lists=True`` gathers by Python lists of the
+    indices (``top_x.tolist()``), as Jamba does."""
 
-    def __init__(self, d: int = 8, experts: int = 6, k: int = 2, test: str = "eq", mean: bool = False):
+    def __init__(self, d: int = 8, experts: int = 6, k: int = 2, test: str = "eq", mean: bool = False,
+                 lists: bool = False):
         super().__init__()
         self.router = nn.Linear(d, experts)
         self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
                                      for _ in range(experts))
-        self.k, self.test, self.mean = k, test, mean
+        self.k, self.test, self.mean, self.lists = k, test, mean, lists
 
     def forward(self, x):  # x: [B, T, D]
         B, T, D = x.shape
@@ -131,7 +133,11 @@ class ExpertSkip(nn.Module):
                     continue
             elif top_x.size(0) < 1:
                 continue
-            y = expert(hidden[top_x]) * weights[top_x, idx, None]
+            if self.lists:  # Jamba's "faster to index using lists": hidden[None, top_x.tolist()]
+                rows, slots = top_x.tolist(), idx.tolist()
+                y = expert(hidden[None, rows].reshape(-1, hidden.shape[-1])) * weights[rows, slots, None]
+            else:
+                y = expert(hidden[top_x]) * weights[top_x, idx, None]
             out.index_add_(0, top_x, y.to(out.dtype))
             if self.mean:
                 out = out + y.sum(0) / top_x.shape[0]

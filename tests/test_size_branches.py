@@ -10,7 +10,9 @@ included), three spellings of the condition.
 
 Issue #47 pattern 2 (mambapy's Jamba, ``jamba.py:503``): a mixture-of-experts loop that skips an expert no frame
 was routed to, ``if top_x.shape[0] == 0: continue``, a size only the data decides: dynamo stops at the guard;
-the capture runs again with the rest of the step run on the empty selection (``patches/empty_skips.py``).
+the capture runs again with the rest of the step run on the empty selection (``patches/empty_skips.py``); its
+frames gathered by Python lists (``top_x.tolist()``, ``jamba.py:507``) are gathered by the index tensor
+(``patches/index_lists.py``).
 Checked at sizes where experts go empty (one frame, top-2 of 6), and a step that is not a no-op on an empty
 selection (a mean: NaN) is caught by verification, not written.
 """
@@ -82,15 +84,16 @@ def _frames(B, T, seed):
     return (torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed)),)
 
 
-def _expert_case(test):
-    return PatchCase(f"expert_skip_{test}", lambda: ExpertSkip(test=test), _frames, {0: {0: "batch", 1: "time"}},
-                     sizes=EXPERT_SIZES, example=(2, 23), exporters=("dynamo",), atol=1e-5, rtol=1e-4,
-                     vanilla={"dynamo": "data-dependent"})
+def _expert_case(test, lists=False):
+    return PatchCase(f"expert_skip_{test}" + ("_lists" if lists else ""), lambda: ExpertSkip(test=test, lists=lists),
+                     _frames, {0: {0: "batch", 1: "time"}}, sizes=EXPERT_SIZES, example=(2, 23),
+                     exporters=("dynamo",), atol=1e-5, rtol=1e-4, vanilla={"dynamo": "data-dependent"})
 
 
 # one frame routed to 2 of 6 experts leaves 4 of them empty, two frames at least 2: the skipped path is checked
 EXPERT_SIZES = ((1, 1), (1, 2), (3, 40))
-EXPERT_CASES = [_expert_case("eq"), _expert_case("lt")]
+# "lists": gathered by Python lists of the indices, top_x.tolist() (tolist_as_index, patches/index_lists.py)
+EXPERT_CASES = [_expert_case("eq"), _expert_case("lt"), _expert_case("eq", lists=True)]
 test_an_empty_selection_skip_exports_under_dynamo, test_vanilla_empty_selection_skip_stops_at_the_guard = \
     patch_case_tests(EXPERT_CASES)
 
@@ -132,3 +135,11 @@ def test_only_a_lone_continue_behind_a_zero_test_is_removed():
     for source, why in forms.items():
         said = empty_skips.why_not(ast.parse(source).body[0])
         assert (said is None) if why is None else (why in said), (source, said)
+
+
+@pytest.mark.parametrize("case", EXPERT_CASES, ids=lambda c: c.name)
+def test_eager_is_untouched_inside_patched(case):
+    """Outside a trace the skip is the model's and tolist() a list, patched or not."""
+    case.assert_eager_untouched()
+    with onnx_compat.patched():
+        assert torch.where(torch.tensor([0, 1, 1]))[0].tolist() == [1, 2]

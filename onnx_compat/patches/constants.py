@@ -40,7 +40,7 @@ from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 from .when import torchscript_exporting
 from ._warning_site import model_frame, model_frame_outside_torch, said_at
-from . import lengths
+from . import index_lists, lengths
 
 _MAX_VALUES = 4096
 _known: Dict[int, Tuple[weakref.ref, np.ndarray]] = {}
@@ -184,6 +184,8 @@ def shape_is_static(tensor) -> bool:
 
 def _read(wrapped, instance, args, kwargs):
     values = known_values(instance)
+    if values is None and wrapped.__name__ == "tolist" and index_lists.kept(instance, args, kwargs):
+        return instance  # indices of a data-dependent count, a list only to index with (index_lists.py)
     if values is None or args or kwargs or (wrapped.__name__ != "tolist" and values.size != 1):
         return wrapped(*args, **kwargs)
     return _READERS[wrapped.__name__](values)

@@ -30,8 +30,8 @@ import ast
 from typing import Dict, Optional
 
 from onnx_compat.errors import EmptySkip
-from onnx_compat.patches.patch import _ACTING, Patch
-from onnx_compat.patches.registry import _REGISTRY, register
+from onnx_compat.patches.patch import Patch, acted
+from onnx_compat.patches.registry import in_place, register
 
 from . import source_rewrites
 
@@ -69,11 +69,9 @@ def _unbacked(value) -> bool:
 def asked_at(value, branch: Optional[ast.If], frame) -> None:
     """Raise ``EmptySkip`` for the ``if`` the model's ``frame`` evaluates, when this patch is in place, the
     condition ``value`` asks whether a data-dependent size is zero and ``branch`` only continues the loop."""
-    patch = _REGISTRY.get(NAME)
-    if patch is None or not patch._count or branch is None or why_not(branch) is not None or not _unbacked(value):
+    if not in_place(NAME) or branch is None or why_not(branch) is not None or not _unbacked(value):
         return
-    for record in _ACTING:
-        record.add(NAME)
+    acted(NAME)
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     raise EmptySkip(f"{where}: the model skips a loop step when a data-dependent selection is empty "
                     f"({value.node.expr}), which a graph cannot decide by a value; the rest of the step runs on the "

@@ -43,6 +43,13 @@ def acting():
 _IDLE = threading.local()  # names of the patches whose wrapper said it changed nothing this call
 
 
+def acted(name: str) -> None:
+    """Patch ``name`` changed this export though no wrapper of its own ran (a patch without targets, asked by
+    another's hook): counted as acting, as a wrapper's call is."""
+    for record in _ACTING:
+        record.add(name)
+
+
 def idle(name: str) -> None:
     """Patch ``name``'s wrapper, now running, changed nothing this call (a hook that runs at every export and
     only looks, or leaves the call to torch): the call does not count as the patch acting, so the pipeline's

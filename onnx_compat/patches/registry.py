@@ -64,6 +64,12 @@ def steps_aside(name: str, exporter: str) -> bool:
     return _REGISTRY[name].steps_aside(exporter)
 
 
+def in_place(name: str) -> bool:
+    """Whether patch ``name`` is in place right now (what a patch without targets asks, from another's hook)."""
+    patch = _REGISTRY.get(name)
+    return patch is not None and bool(patch._count)
+
+
 def applied_patches() -> List[str]:
     """Names of the patches in place right now."""
     return [name for name, p in _REGISTRY.items() if p._count]
