@@ -115,10 +115,22 @@ def test_a_step_that_is_more_than_a_shortcut_is_caught_by_verification(tmp_path)
     x = torch.randn(1, 1, 8)
     assert torch.isfinite(model(x)).all()  # eager skips the empty experts
     spec = [TensorSpec("x", [Dim("batch"), Dim("time"), 8])]
-    with pytest.raises(onnx_compat.ExportError, match=r"example sizes \{'batch': 1, 'time': 1\}: output 'y' max abs err inf"):
+    with pytest.raises(onnx_compat.ExportError, match=r"example sizes \{'batch': 1, 'time': 1\}: output 'y' max abs "
+                                                     r"err inf .*the graph assumed: \S*pattern_models_round3h\.py:\d+: "
+                                                     r"the loop step skipped on an empty selection"):
         onnx_compat.export(model, path, spec, [TensorSpec("y", [Dim("batch"), Dim("time"), 8])],
                            exporter="dynamo", sizes={"batch": 2, "time": 23}, examples=[{"x": x}])
     assert not os.path.exists(path)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter here")
+def test_the_report_says_what_the_graph_assumes(tmp_path):
+    """A verified graph with the skip removed says so beside it: the model's line and what it took for granted."""
+    spec = [TensorSpec("x", [Dim("batch"), Dim("time"), 8])]
+    report = onnx_compat.export(ExpertSkip().eval(), str(tmp_path / "m.onnx"), spec,
+                                [TensorSpec("y", [Dim("batch"), Dim("time"), 8])], exporter="dynamo")
+    assert len(report.assumed) == 1 and "pattern_models_round3h.py:" in report.assumed[0], report.assumed
+    assert "assumed     " in report.summary() and "empty_selection_skips" in report.summary()
 
 
 def test_only_a_lone_continue_behind_a_zero_test_is_removed():

@@ -85,7 +85,9 @@ def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
     return removed.unanswered()
 
 
-RULE = source_rewrites.Rule("empty selection skip", EmptySkip, _rewrite, "run on the empty selection too")
+RULE = source_rewrites.Rule("empty selection skip", EmptySkip, _rewrite, "run on the empty selection too",
+                            assumes="the loop step skipped on an empty selection runs on it instead, taken as "
+                                    "doing nothing there (empty_selection_skips)")
 
 register(Patch(
     name=NAME,

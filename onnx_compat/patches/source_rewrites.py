@@ -34,12 +34,30 @@ class Rule:
     """One rewrite: ``error`` is the refusal asking for it (``.where`` "file:line", ``.function``), ``rewrite``
     changes the parsed function at the given lines and returns, for each line it could not rewrite, why not;
     ``names`` go into the function's module globals while the rewritten code runs (its helpers); ``said`` is
-    how the refusal names the rewrite ("as torch.where of its sides")."""
+    how the refusal names the rewrite ("as torch.where of its sides"); ``assumes``: what the rewritten code
+    takes for granted that the original did not (empty for a rewrite that computes the same at every input),
+    said in the report beside the graph (``recorded``)."""
     name: str
     error: type
     rewrite: Callable[[ast.FunctionDef, frozenset], Dict[int, str]]
     said: str
     names: Dict[str, object] = field(default_factory=dict)
+    assumes: str = ""
+
+
+_records: List[list] = []  # the rewrites made while each ``recorded()`` block is open
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[List[str]]:
+    """Around a capture: yields a list that gets, for each rewrite made with an assumption, "file:line: what it
+    assumes", so the report says what the graph takes for granted where the model's code differs."""
+    found: List[str] = []
+    _records.append(found)
+    try:
+        yield found
+    finally:
+        _records.remove(found)
 
 
 def asked_in(node: ast.If, lines) -> List[int]:
@@ -193,3 +211,6 @@ def captured(capture: Callable[[], object], rules: Sequence[Rule], limit: int = 
                     err.args = (f"{err.args[0]} (not {rule.said}: {why})",)
                     raise
                 taken.append((rule.name, site))
+                if rule.assumes:
+                    for found in _records:
+                        found.append(f"{site[0]}:{site[1]}: {rule.assumes}")

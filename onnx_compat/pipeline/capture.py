@@ -25,7 +25,7 @@ import torch
 from onnx_compat import versions
 from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
-from onnx_compat.patches import diagonals
+from onnx_compat.patches import diagonals, source_rewrites
 from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.patches.patch import acting
@@ -313,8 +313,11 @@ def run(exporter, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs
                 try:
                     # a write into a diagonal read as a copy is refused; torch.onnx.export's own wrapper
                     # (onnx_translations) does it for plain patched() use, but exists only from torch 2.13
-                    with diagonals.copies_watched():
-                        proto = chosen.capture(request, captured)
+                    with diagonals.copies_watched(), source_rewrites.recorded() as assumed:
+                        try:
+                            proto = chosen.capture(request, captured)
+                        finally:  # what a rewrite of the model's code took for granted (empty_skips.py)
+                            captured.assumed += assumed
                 except Exception as exc:  # located while the same patches act
                     reraise_interrupt(exc)  # Ctrl-C wrapped in an exporter's error stops the export
                     where = chosen.locate(exc, request)

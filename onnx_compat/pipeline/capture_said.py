@@ -48,7 +48,8 @@ class Captured:
     serialized: Optional[bytes] = field(default=None, repr=False)
     # the patches whose wrapper ran during the capture: none, and the capture was the plain export's
     acted: List[str] = field(default_factory=list)
-    # draft export: what it assumed where torch.export would have stopped (the example's values, guards)
+    # draft export: what it assumed where torch.export would have stopped (the example's values, guards); a
+    # rewrite of the model's code that takes something for granted (source_rewrites.Rule.assumes)
     assumed: List[str] = field(default_factory=list)
 
     def add(self, record: warnings.WarningMessage) -> None:

@@ -98,6 +98,8 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
     what = capture.error_line(exc)
     record.error = what + (baked_hint(record.warnings.get("baked", ())) if _size_could_be_baked(exc) else "") \
         + first_cause.outside_weights_hint(exc)
+    if record.assumed and not isinstance(exc, CaptureError):  # a graph made, then found wrong: it assumed these
+        record.error += f" [the graph assumed: {'; '.join(record.assumed)}]"
     record.stage, record.in_patches = first_cause.stage_of(exc), first_cause.patch_site(exc) if record.patched else None
     # the culprit search re-exports per module under the patches: for the patched attempts only
     found = _culprit(exc, request, what, record.exporter) if record.patched else None
