@@ -161,3 +161,23 @@ def test_draft_export_verifies_a_graph_that_is_wrong_for_the_other_branch(tmp_pa
         eager = model(other)
     got = open_session(path).run(None, {"x": other.numpy()})[0]
     assert float(eager.sum()) < 0 and np.allclose(got, 2 * eager.numpy(), rtol=1e-4, atol=1e-3), (got, eager)
+
+
+@needs_dynamo
+def test_draft_export_is_told_the_declared_maxima(tmp_path):
+    """torch.export's own options are captured as the Dynamo strategy is, declared maxima included: a scan over
+    log2 of the padded length with T's maximum declared takes one past it (it was refused, asking for the
+    maximum the spec declared)."""
+    from onnx_compat.pipeline import capture, capture_options
+    from pattern_models_round3f import HalvingScan  # mambapy's pscan form: pads to 2 ** ceil(log2 T)
+    model = HalvingScan().eval()
+    batch, time = Dim("batch"), Dim("time", min=2, max=60)
+    inputs = [TensorSpec("gates", [batch, time, 4]), TensorSpec("x", [batch, time, 4])]
+    outputs = [TensorSpec("y", [batch, time, 4])]
+    kept = capture.AUTO
+    capture.AUTO = (capture_options.DraftExport(),)
+    try:
+        report = onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, outputs, exporter="auto")
+    finally:
+        capture.AUTO = kept
+    assert report.strategy == "dynamo (draft export)" and all(c["ok"] for c in report.verification)

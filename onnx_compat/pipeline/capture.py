@@ -213,15 +213,20 @@ class Dynamo:
         told to the patches that read them (``loops.declared_maxima``: torch's bounded hints are checked after
         the trace)."""
         names = dims.onnx_names(request.inputs)
-        axes = dims.axes_of(request.inputs)
-        maxima = {(i, axis): d.max for i, name in enumerate(names) for axis, d in axes[name].items() if d.max}
-        with declared_maxima(maxima):
+        with declared_maxima(self.maxima(request)):
             return torch.onnx.export(request.model, request.args, dynamo=True, dynamic_shapes=self._shapes(request),
                                      opset_version=request.opset, input_names=names,
                                      output_names=dims.onnx_names(request.outputs), verbose=True)
 
     def locate(self, exc: BaseException, request: Request) -> dict:
         return {"node": failure_site.dynamo_node(exc, request.model, request.args, self._shapes(request))}
+
+    @staticmethod
+    def maxima(request: Request) -> dict:
+        """The declared maxima, by (input's position, axis), as ``loops.declared_maxima`` takes them."""
+        axes = dims.axes_of(request.inputs)
+        return {(i, axis): d.max for i, name in enumerate(dims.onnx_names(request.inputs))
+                for axis, d in axes[name].items() if d.max}
 
 
 class Unpatched:

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.pipeline import dims
 from onnx_compat.pipeline.capture import Captured, Dynamo, Request
 
@@ -33,7 +34,7 @@ class _Exported(Dynamo):
         return torch.export.export(request.model, request.args, dynamic_shapes=self._shapes(request), strict=False)
 
     def _onnx_program(self, request: Request, captured: Captured):
-        with self._options():
+        with self._options(), declared_maxima(self.maxima(request)):  # as the Dynamo strategy's own capture
             program = self._export(request, captured)
         captured.capture.append(f"torch.export ({self.how}): ok")
         return torch.onnx.export(program, request.args, dynamo=True, opset_version=request.opset,
