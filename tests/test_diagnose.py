@@ -160,3 +160,23 @@ def test_a_failed_verification_in_export_names_the_module(exporter, tmp_path):
         onnx_compat.export(job["model"], str(tmp_path / "m.onnx"), job["inputs"], job["outputs"], exporter=exporter)
     assert str(failed.value).splitlines()[-1].startswith("culprit blocks.1.inner (Scaled): output differs from eager")
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="auto needs a second exporter here")
+def test_the_module_search_runs_only_when_no_attempt_verifies(tmp_path, monkeypatch):
+    """The search for where wrong numbers start exports once per module; auto runs it for the error of an export
+    that nothing verified (above), not for a TorchScript attempt that dynamo then makes up for: a loop over time
+    TorchScript unrolls at the example, which dynamo lifts to a Scan (its search took 7.6 s of a 23 s export)."""
+    from onnx_compat.diagnosis import of_export
+    from pattern_models_round3g import StoredStepsCell
+    searches = []
+    search = of_export.diagnose
+    monkeypatch.setattr(of_export, "diagnose", lambda *args, **kwargs: searches.append(1) or search(*args, **kwargs))
+    batch, time = Dim("batch"), Dim("time")
+    outputs = [TensorSpec("states", [batch, time, 2, 8]), TensorSpec("last", [batch, 8]),
+               TensorSpec("gates", [batch, 2, time, 8])]
+    report = onnx_compat.export(StoredStepsCell().eval(), str(tmp_path / "m.onnx"),
+                                [TensorSpec("x", [batch, time, 8])], outputs, exporter="auto")
+    failed = [a for a in report.attempts if not a.ok]
+    assert report.exporter == "dynamo" and [a.exporter for a in failed] == ["torchscript"], report.summary()
+    assert "VerificationError" in failed[0].error and not searches

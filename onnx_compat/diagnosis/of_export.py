@@ -13,11 +13,12 @@ from onnx_compat.errors import Culprit, VerificationError
 
 
 def culprit_of_failure(exc: BaseException, subject, what: str, *, exporter: str, atol: float, rtol: float,
-                       patches: Optional[dict] = None) -> Optional[Culprit]:
+                       patches: Optional[dict] = None, search_modules: bool = True) -> Optional[Culprit]:
     """The module a failed attempt points at: from the error itself (``culprit``), else, for wrong numbers at
-    new shapes, the module where they start (``diagnose`` exports once more, module by module)."""
+    new shapes and with ``search_modules``, the module where they start (``diagnose`` exports once more, module
+    by module)."""
     found = culprit(exc, subject.model, what)
-    if found is not None or not isinstance(exc, VerificationError):
+    if found is not None or not isinstance(exc, VerificationError) or not search_modules:
         return found
     try:
         return diagnose(subject, exporter=exporter, atol=atol, rtol=rtol, patches=patches).culprit

@@ -88,9 +88,12 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     return Graph(proto, results, record)
 
 
-def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds: float) -> Optional[Culprit]:
+def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds: float,
+           search_modules: bool = True) -> Optional[Culprit]:
     """What a failed attempt leaves on its record: its error in one line, its warnings, its culprit
-    (returned too, for the ``ExportError``) as the search handed in (``request.diagnose``) finds it."""
+    (returned too, for the ``ExportError``) as the search handed in (``request.diagnose``) finds it.
+    ``search_modules=False``: only the culprit the error itself names, not the module-by-module search for
+    where wrong numbers start (an export per module), which ``module_culprit`` runs when it is wanted."""
     if isinstance(exc, CaptureError) and exc.warnings is not None:
         record.warnings = {"baked": exc.warnings.baked, "other": exc.warnings.other}
         record.capture, record.acted = exc.warnings.capture, list(exc.warnings.acted)
@@ -102,17 +105,28 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
         record.error += f" [the graph assumed: {'; '.join(record.assumed)}]"
     record.stage, record.in_patches = first_cause.stage_of(exc), first_cause.patch_site(exc) if record.patched else None
     # the culprit search re-exports per module under the patches: for the patched attempts only
-    found = _culprit(exc, request, what, record.exporter) if record.patched else None
+    found = _culprit(exc, request, what, record.exporter, search_modules) if record.patched else None
     record.culprit = found.line() if found else None
     record.seconds = seconds
     return found
 
 
-def _culprit(exc: BaseException, request: ExportRequest, what: str, exporter: str) -> Optional[Culprit]:
+def module_culprit(exc: BaseException, record: Attempt, request: ExportRequest) -> Optional[Culprit]:
+    """A failed attempt's culprit with the module-by-module search too, when ``failed`` found none without it:
+    for the error of an export that no attempt verified."""
+    if record.culprit is not None or not record.patched:
+        return None
+    found = _culprit(exc, request, capture.error_line(exc), record.exporter, True)
+    record.culprit = found.line() if found else None
+    return found
+
+
+def _culprit(exc: BaseException, request: ExportRequest, what: str, exporter: str,
+             search_modules: bool) -> Optional[Culprit]:
     if request.diagnose is None:
         return None
     return request.diagnose(exc, request.subject, what, exporter=exporter, atol=request.atol, rtol=request.rtol,
-                            patches=request.patches)
+                            patches=request.patches, search_modules=search_modules)
 
 
 def _size_could_be_baked(exc: BaseException) -> bool:
