@@ -166,7 +166,7 @@ def test_a_failed_verification_in_export_names_the_module(exporter, tmp_path):
 def test_the_module_search_runs_only_when_no_attempt_verifies(tmp_path, monkeypatch):
     """The search for where wrong numbers start exports once per module; auto runs it for the error of an export
     that nothing verified (above), not for a TorchScript attempt that dynamo then makes up for: a loop over time
-    TorchScript unrolls at the example, which dynamo lifts to a Scan (its search took 7.6 s of a 23 s export)."""
+    TorchScript unrolls at the example, which dynamo lifts to a Scan."""
     from onnx_compat.diagnosis import of_export
     from pattern_models_round3g import StoredStepsCell
     searches = []

@@ -21,9 +21,10 @@ _END = 2 ** 62  # a Slice end past any size
 
 
 def _moved_last(rank: int, dim1: int, dim2: int) -> Tuple[List[int], List[int]]:
-    """The permutation that moves ``dim1``, ``dim2`` last (the others in order) and its inverse."""
-    d1, d2 = dim1 % rank, dim2 % rank
-    perm = [d for d in range(rank) if d not in (d1, d2)] + [d1, d2]
+    """The permutation that moves ``dim1``, ``dim2`` last (``diagonals._last_two``, torch's layout of a
+    diagonal) and its inverse."""
+    from onnx_compat.patches.diagonals import _last_two
+    perm = _last_two(rank, dim1 % rank, dim2 % rank)
     return perm, [perm.index(d) for d in range(rank)]
 
 

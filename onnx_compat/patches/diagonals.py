@@ -43,7 +43,7 @@ from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches._calls import tensor_call
 from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
 from onnx_compat.patches.patch import idle
-from onnx_compat.patches.registry import Patch, register
+from onnx_compat.patches.registry import Patch, in_place, register
 from onnx_compat.patches.when import dynamo_exporting, torchscript_exporting
 
 GATHER = "diagonal_gather"
@@ -114,8 +114,7 @@ def translations() -> dict:
     """The ONNX translations the dynamo exporter needs for the views ``_read`` leaves to torch (none unless
     this patch is in place)."""
     from onnx_compat.patches import _diagonal_onnx
-    from onnx_compat.patches.registry import applied_patches
-    return _diagonal_onnx.translations() if TRANSLATED and GATHER in applied_patches() else {}
+    return _diagonal_onnx.translations() if TRANSLATED and in_place(GATHER) else {}
 
 
 def diag_embed(v: torch.Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> torch.Tensor:

@@ -30,7 +30,7 @@ import ast
 from typing import Dict, Optional
 
 from onnx_compat.errors import EmptySkip
-from onnx_compat.patches.patch import Patch, acted
+from onnx_compat.patches.patch import Patch, acted, through
 from onnx_compat.patches.registry import in_place, register
 
 from . import source_rewrites
@@ -96,7 +96,7 @@ register(Patch(
                 "nothing, instead of stopping at the data-dependent guard",
     # no target of its own: the size branch hook (size_branches._bool) asks asked_at while this is in place
     targets=(),
-    wrapper=lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs),
+    wrapper=through,
     when="dynamo",
     requires=("size_branch_pads",),
 ))

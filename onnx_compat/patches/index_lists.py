@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from onnx_compat.patches.patch import Patch, acted
+from onnx_compat.patches.patch import Patch, acted, through
 from onnx_compat.patches.registry import in_place, register
 
 NAME = "tolist_as_index"
@@ -57,7 +57,7 @@ register(Patch(
                 "which indexes the same, instead of stopping at a guard per element",
     # no target of its own: constant_values' tolist hook (constants.py) asks kept() while this is in place
     targets=(),
-    wrapper=lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs),
+    wrapper=through,
     when="dynamo",
     requires=("constant_values",),
 ))

@@ -25,8 +25,8 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from onnx_compat.patches.patch import Patch, _ACTING
-from onnx_compat.patches.registry import _REGISTRY, register
+from onnx_compat.patches.patch import Patch, acted, through
+from onnx_compat.patches.registry import in_place, register
 
 NAME = "length_caches"
 
@@ -113,8 +113,7 @@ def emptied(root) -> None:
                 saved.append((cache.module, name, cache._value(name)))
                 _put(cache.module, name, _emptied(cache, name))
         if found:
-            for record in _ACTING:
-                record.add(NAME)
+            acted(NAME)
         yield found
     finally:
         for module, name, value in reversed(saved):
@@ -122,8 +121,7 @@ def emptied(root) -> None:
 
 
 def _wanted() -> bool:
-    patch = _REGISTRY.get(NAME)
-    return patch is not None and bool(patch._count)
+    return in_place(NAME)
 
 
 def cache_limits(root, high: int) -> str:
@@ -153,6 +151,6 @@ register(Patch(
                 "emptied while an export traces, so the model grows them from the traced length in the graph",
     # no target of its own: the trace hook of padded_lengths_int (int_calls.py) empties them when this is in place
     targets=(),
-    wrapper=lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs),
+    wrapper=through,
     when="export",
 ))

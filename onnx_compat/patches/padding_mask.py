@@ -27,8 +27,8 @@ from typing import List, Tuple
 
 import torch
 
-from onnx_compat.patches.patch import _ACTING, Patch
-from onnx_compat.patches.registry import _REGISTRY, register
+from onnx_compat.patches.patch import Patch, acted, through
+from onnx_compat.patches.registry import in_place, register
 
 NAME = "padding_mask_frames"
 METHOD = "forward_padding_mask"
@@ -84,8 +84,7 @@ def branch_free(root):
     it), the ``forward_padding_mask`` methods of ``root``'s modules are the branch-free reduction."""
     undo = _replace(root) if _wanted() and isinstance(root, torch.nn.Module) else []
     if undo:
-        for record in _ACTING:
-            record.add(NAME)
+        acted(NAME)
     try:
         yield undo
     finally:
@@ -93,8 +92,7 @@ def branch_free(root):
 
 
 def _wanted() -> bool:
-    patch = _REGISTRY.get(NAME)
-    return patch is not None and bool(patch._count)
+    return in_place(NAME)
 
 
 register(Patch(
@@ -104,6 +102,6 @@ register(Patch(
                 "masked at lengths that divide into the frames)",
     # no target of its own: the trace hook of padded_lengths_int (int_calls.py) opens branch_free when in place
     targets=(),
-    wrapper=lambda wrapped, instance, args, kwargs: wrapped(*args, **kwargs),
+    wrapper=through,
     when="export",
 ))

@@ -43,6 +43,11 @@ def acting():
 _IDLE = threading.local()  # names of the patches whose wrapper said it changed nothing this call
 
 
+def through(wrapped, instance, args, kwargs):
+    """The wrapper of a patch without targets of its own (another patch's hook asks whether it is in place)."""
+    return wrapped(*args, **kwargs)
+
+
 def acted(name: str) -> None:
     """Patch ``name`` changed this export though no wrapper of its own ran (a patch without targets, asked by
     another's hook): counted as acting, as a wrapper's call is."""
