@@ -17,14 +17,15 @@ from typing import List, Tuple
 
 from onnxscript import opset18 as op
 
+from onnx_compat.patches._diagonal_layout import last_two
+
 _END = 2 ** 62  # a Slice end past any size
 
 
 def _moved_last(rank: int, dim1: int, dim2: int) -> Tuple[List[int], List[int]]:
-    """The permutation that moves ``dim1``, ``dim2`` last (``diagonals._last_two``, torch's layout of a
-    diagonal) and its inverse."""
-    from onnx_compat.patches.diagonals import _last_two
-    perm = _last_two(rank, dim1 % rank, dim2 % rank)
+    """The permutation that moves ``dim1``, ``dim2`` last (torch's layout of a diagonal) and its
+    inverse."""
+    perm = last_two(rank, dim1 % rank, dim2 % rank)
     return perm, [perm.index(d) for d in range(rank)]
 
 

@@ -33,7 +33,7 @@ line of its ``diagonal`` call, saying how to write it out of place or to export 
 from __future__ import annotations
 
 import contextlib
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from onnx_compat import versions
 from onnx_compat.errors import UnsupportedPattern
 from onnx_compat.patches._calls import tensor_call
+from onnx_compat.patches._diagonal_layout import last_two
 from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, in_place, register
@@ -52,17 +53,11 @@ WHERE = "diag_embed_where"
 TRANSLATED = versions.HAS_DYNAMO and "custom_translation_table" in versions.EXPORT_PARAMS
 
 
-def _last_two(rank: int, d1: int, d2: int) -> List[int]:
-    """The permutation that moves dims ``d1``, ``d2`` last, the others keeping their order (torch's layout of
-    a diagonal: the remaining dims, then the diagonal)."""
-    return [d for d in range(rank) if d not in (d1, d2)] + [d1, d2]
-
-
 def diagonal(x: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> torch.Tensor:
     """``torch.diagonal(x, offset, dim1, dim2)`` as a gather: element ``(i, i + offset)`` of each matrix is at
     ``i * (cols + 1)`` of the matrix flattened once the offset is sliced off, for ``i < min(rows, cols)``."""
     rank = x.dim()
-    y = x.permute(_last_two(rank, dim1 % rank, dim2 % rank))
+    y = x.permute(last_two(rank, dim1 % rank, dim2 % rank))
     y = y[..., :, offset:] if offset >= 0 else y[..., -offset:, :]
     rows, cols = y.shape[-2], y.shape[-1]
     steps = torch.arange(cols, device=x.device)[:rows]  # min(rows, cols) of them, without comparing sizes
