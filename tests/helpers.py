@@ -7,7 +7,6 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import onnx_compat
 from onnx_compat import testing, versions
 from onnx_compat.pipeline.capture import HAS_DYNAMO
 

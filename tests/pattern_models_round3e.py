@@ -9,7 +9,6 @@ modules, and model code must reach the exporters as a library has it.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn as nn

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import onnx_compat
-from onnx_compat import Dim, ExportError, TensorSpec
+from onnx_compat import Dim, TensorSpec
 from onnx_compat.pipeline.steps import Step, StepError
 
 PACKAGE = os.path.dirname(os.path.abspath(onnx_compat.__file__))

@@ -134,7 +134,7 @@ def test_torchscript_names_the_line_that_unrolled_a_loop(tmp_path, model, offset
     """TorchScript unrolls each of these at the example's size (verification fails at other lengths); the
     error names the model's line. An explicit ``unbind(1)`` gave no TracerWarning, so no line, before."""
     text = _export(model(), tmp_path, "torchscript", lengths=model is RowMask)
-    assert f"frozen into the graph by Python code at " in text and _line(model, offset) in text, text[-1200:]
+    assert "frozen into the graph by Python code at " in text and _line(model, offset) in text, text[-1200:]
 
 
 # --- the lift itself, in eager: the loop run as a scan computes what its Python loop computes ------------

@@ -347,7 +347,7 @@ def test_lengths_by_a_function_that_loses_the_longest_are_refused_naming_both_li
     import pattern_models
     read = next(i for i, line in enumerate(open(pattern_models.__file__), 1) if "lengths = lengths.tolist()" in line)
     assert f"pattern_models.py:{read}: reads lengths.tolist()" in text, text[-800:]
-    assert f"a number minus the lengths at " in text and \
+    assert "a number minus the lengths at " in text and \
         f"pattern_models.py:{_line_of(OffsetLengths, 'x.size(1) - lengths')}" in text, text[-800:]
     if exporter == "torchscript":
         assert isinstance(raised.value, UnsupportedPattern)

@@ -202,7 +202,7 @@ def _waveform(B, T, g):
     return torch.randn(B, T, generator=g), lengths
 
 
-from pattern_models_round3b import ComplexDiff, SSLPaddingMask, TimePatches  # noqa: E402
+from pattern_models_round3b import SSLPaddingMask, TimePatches  # noqa: E402
 
 # the example's 37 samples leave a remainder (2 frames); 96 and 110 samples divide into their 8 and 10 frames,
 # where both plain graphs keep the trim and mask every frame; 79 leaves one (B=1 first)

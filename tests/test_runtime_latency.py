@@ -3,7 +3,6 @@ against a bound: the checks are that every graph it times was verified, and what
 import os
 import sys
 
-import onnx
 import pytest
 from onnx import helper
 

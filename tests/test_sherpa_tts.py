@@ -14,7 +14,6 @@ import os
 import numpy as np
 import onnx
 import pytest
-import torch
 
 from onnx_compat.contracts import ConsumerMismatch, ContractError
 from onnx_compat.contracts import sherpa_tts as st

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 import onnx
 import torch
@@ -28,6 +28,9 @@ from .errors import LabelScorerError
 from .graphs import ENCODER_STATES, FRAMES_EXAMPLE
 from .rasr_specs import KINDS, graphs_of
 from .reports import REPORT_FILE
+
+if TYPE_CHECKING:  # the layout is state_managed.py's, which imports this module
+    from .state_managed import _Layout
 
 SIZES = {"suffix": 3, "prefix": 5, "history": 2, "frames": FRAMES_EXAMPLE}
 

@@ -26,7 +26,7 @@ converter reads (NVIDIA/NeMo ``nemo/collections/asr/modules/conformer_encoder.py
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch

@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
