@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import onnxruntime as ort
 import pytest
@@ -16,6 +17,13 @@ PAD_FUSION = tuple(int(x) for x in ort.__version__.split(".")[:2]) >= (1, 17)
 
 
 export = testing.bare_onnx  # the tests' short name for it
+
+
+def line_of(obj, text):
+    """The number of the first line of ``obj``'s source (a class or function) that holds ``text``: what an error
+    naming the model's line must name."""
+    lines, start = inspect.getsourcelines(obj)
+    return start + next(i for i, line in enumerate(lines) if text in line)
 
 
 def run(proto, *inputs):

@@ -107,7 +107,9 @@ class ExpertSkip(nn.Module):
     Mixtral-style blocks do (``mambapy/jamba.py:497-507``): each frame's top-``k`` experts by router score, then
     for each expert the frames routed to it (``torch.where`` of its mask: a size only the data decides),
     skipped when there are none, the expert's output weighted and added back with ``index_add_``. ``test``
-    spells the skip's condition ("eq": ``top_x.shape[0] == 0``, "lt": ``top_x.size(0) < 1``). ``mean=True``: the
+    spells the skip's condition ("eq": ``top_x.shape[0] == 0``, "lt": ``top_x.size(0) < 1``, "not":
+    ``not top_x.numel()``; "flag": ``routed = top_x.shape[0] > 0``, ``if not routed``, the same skip; "inverted":
+    ``empty = top_x.shape[0] == 0``, ``if not empty``, skipping every expert that got a frame). ``mean=True``: the
     step also adds the mean of the expert's outputs to every frame (their sum over their count), 0 / 0 on an
     empty selection: the skip is then more than a shortcut. ``lists=True`` gathers by Python lists of the
     indices (``top_x.tolist()``), as Jamba does."""
@@ -130,6 +132,17 @@ class ExpertSkip(nn.Module):
             idx, top_x = torch.where(mask[e])
             if self.test == "eq":
                 if top_x.shape[0] == 0:
+                    continue
+            elif self.test == "not":
+                if not top_x.numel():
+                    continue
+            elif self.test == "flag":
+                routed = top_x.shape[0] > 0
+                if not routed:
+                    continue
+            elif self.test == "inverted":
+                empty = top_x.shape[0] == 0
+                if not empty:
                     continue
             elif top_x.size(0) < 1:
                 continue

@@ -17,7 +17,7 @@ from onnx_compat.int_ranges import IntRangeError, infer_int_ranges
 from onnx_compat.patches.checks import check_outcome
 from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
-from helpers import EXPORTERS, export, pattern_cases, run
+from helpers import EXPORTERS, export, line_of, pattern_cases, run
 from pattern_models import (PadMaskAttention, BatchLengthRegulator, PaddedByHandRegulator, CheckedLengths, ComplexBuffer,
                             ComplexPadUnfold, DivmodSize, BufferFlags, FrameSolve, FramedLengths, MaskedSpectrum,
                             OffsetLengths, SqueezeWide,
@@ -267,12 +267,6 @@ def test_eager_is_untouched_inside_patched(case):
     case.assert_eager_untouched()
 
 
-def _line_of(cls, text):
-    import inspect
-    lines, start = inspect.getsourcelines(cls)
-    return start + next(i for i, line in enumerate(lines) if text in line)
-
-
 def test_the_unrolled_solve_pivots_as_lapack_does():
     """Random systems (no diagonal dominance: pivoting needed, zero leading entries too), one and several
     right-hand sides, broadcast batches: the same solutions as torch.linalg.solve."""
@@ -325,7 +319,7 @@ def test_an_example_shorter_than_its_padding_is_refused_naming_the_line():
     x, lengths = torch.randn(2, 37, 8), torch.tensor([30, 20])
     with onnx_compat.patched(), pytest.raises(SpecError) as raised:
         export(TrimmedToLongest(), (x, lengths), "torchscript", _LENGTHS_AXES)
-    assert f"pattern_models.py:{_line_of(TrimmedToLongest, 'lengths.max()')}" in str(raised.value)
+    assert f"pattern_models.py:{line_of(TrimmedToLongest, 'lengths.max()')}" in str(raised.value)
     assert "longest length is 30, shorter than the padded 37" in str(raised.value)
 
 
@@ -334,7 +328,7 @@ def test_lengths_read_per_sequence_is_refused_naming_the_line():
     with onnx_compat.patched(), pytest.raises(Exception) as raised:
         export(LengthsList(), _padded_batch(2, 37, torch.Generator().manual_seed(0)), "dynamo", _LENGTHS_AXES)
     text = str(raised.value)
-    assert f"pattern_models.py:{_line_of(LengthsList, 'enumerate(')}" in text and "dynamic batch" in text, text[-800:]
+    assert f"pattern_models.py:{line_of(LengthsList, 'enumerate(')}" in text and "dynamic batch" in text, text[-800:]
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -348,7 +342,7 @@ def test_lengths_by_a_function_that_loses_the_longest_are_refused_naming_both_li
     read = next(i for i, line in enumerate(open(pattern_models.__file__), 1) if "lengths = lengths.tolist()" in line)
     assert f"pattern_models.py:{read}: reads lengths.tolist()" in text, text[-800:]
     assert "a number minus the lengths at " in text and \
-        f"pattern_models.py:{_line_of(OffsetLengths, 'x.size(1) - lengths')}" in text, text[-800:]
+        f"pattern_models.py:{line_of(OffsetLengths, 'x.size(1) - lengths')}" in text, text[-800:]
     if exporter == "torchscript":
         assert isinstance(raised.value, UnsupportedPattern)
 

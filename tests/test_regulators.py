@@ -3,7 +3,6 @@ in place, and rows padded by hand into a fresh buffer. The padded forms' numeric
 failures are in test_patterns.py (LENGTHS_CASES, "regulator_*"); here: the branch taken both ways in the
 exported graph (all-zero durations at sizes the export never saw, B=1 too), which branches count as repairs,
 the conditional store itself, and the refusals that name their line."""
-import inspect
 import warnings
 
 import numpy as np
@@ -15,7 +14,7 @@ from onnx_compat.patches.checks import repair_entry
 from onnx_compat.patches.stores import conditional_store
 
 import pattern_models
-from helpers import EXPORTERS, export, run
+from helpers import EXPORTERS, export, line_of, run
 from pattern_models import PaddedByHandRegulator, RepairedDurations
 
 needs_dynamo = pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
@@ -128,11 +127,6 @@ def test_a_conditional_store_is_the_store_or_nothing(index, holds):
 
 # --- what stays refused, naming its line ----------------------------------------------------------
 
-def _line_of(fn, text):
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(i for i, line in enumerate(lines) if text in line)
-
-
 @needs_dynamo
 def test_a_branch_that_binds_a_name_is_taken_as_where():
     """``if ds.sum() == 0: ds = ds + 1`` binds a name: not a repair by stores, but a choice of values (``ds``
@@ -153,7 +147,7 @@ def test_a_buffer_of_one_row_per_list_item_is_refused_naming_the_store():
     with onnx_compat.patched(), pytest.raises(Exception) as raised:
         export(model, _example(), "dynamo", _AXES)
     text = str(raised.value)
-    line = _line_of(pattern_models.pad_into_buffer, "pad[i, :rows[i].size(0)] = rows[i]")
+    line = line_of(pattern_models.pad_into_buffer, "pad[i, :rows[i].size(0)] = rows[i]")
     assert f"pattern_models.py:{line}" in text and "torch.zeros(len(rows), ...) has one row" in text, text[-800:]
 
 

@@ -27,7 +27,7 @@ from onnx_compat import Dim, TensorSpec
 from onnx_compat.patches import empty_skips, size_branches
 from onnx_compat.testing import PatchCase, patch_case_tests
 
-from helpers import EXPORTERS
+from helpers import EXPORTERS, line_of
 from pattern_models_round3h import ExpertSkip, PadToMultiple
 
 # T=48 and 72 are multiples of the stride (no pad in eager), 33 and 50 are not; the example 50 pads
@@ -97,7 +97,9 @@ def _expert_case(test, lists=False):
 # one frame routed to 2 of 6 experts leaves 4 of them empty, two frames at least 2: the skipped path is checked
 EXPERT_SIZES = ((1, 1), (1, 2), (3, 40))
 # "lists": gathered by Python lists of the indices, top_x.tolist() (tolist_as_index, patches/index_lists.py)
-EXPERT_CASES = [_expert_case("eq"), _expert_case("lt"), _expert_case("eq", lists=True)]
+# "not": not top_x.numel(); "flag": routed = top_x.shape[0] > 0, if not routed
+EXPERT_CASES = [_expert_case("eq"), _expert_case("lt"), _expert_case("not"), _expert_case("flag"),
+                _expert_case("eq", lists=True)]
 test_an_empty_selection_skip_exports_under_dynamo, test_vanilla_empty_selection_skip_stops_at_the_guard = \
     patch_case_tests(EXPERT_CASES)
 
@@ -130,6 +132,21 @@ def test_a_step_that_is_more_than_a_shortcut_is_caught_by_verification(tmp_path)
 
 
 @pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter here")
+def test_not_of_a_flag_that_says_empty_is_left_to_torch(tmp_path):
+    """``if not empty: continue`` skips the experts that got frames: the rewrite is only for a skip of the empty
+    selection, so the value asked decides (``Eq(u0, 0)`` here, not "n is not zero") and torch's own guard error
+    stands, naming the model's line; nothing is written."""
+    path = str(tmp_path / "m.onnx")
+    spec = [TensorSpec("x", [Dim("batch"), Dim("time"), 8])]
+    line = line_of(ExpertSkip, "if not empty:")
+    with pytest.raises(onnx_compat.ExportError, match=rf"data-dependent expression Eq\(u0, 0\).*"
+                                                     rf"pattern_models_round3h\.py:{line}\]"):
+        onnx_compat.export(ExpertSkip(test="inverted").eval(), path, spec,
+                           [TensorSpec("y", [Dim("batch"), Dim("time"), 8])], exporter="dynamo")
+    assert not os.path.exists(path)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter here")
 def test_the_report_says_what_the_graph_assumes(tmp_path):
     """A verified graph with the skip removed says so beside it: the model's line and what it took for granted."""
     spec = [TensorSpec("x", [Dim("batch"), Dim("time"), 8])]
@@ -145,6 +162,10 @@ def test_only_a_lone_continue_behind_a_zero_test_is_removed():
         "if 0 == n:\n    continue\n": None,
         "if n < 1:\n    continue\n": None,
         "if n <= 0:\n    continue\n": None,
+        "if not n:\n    continue\n": None,
+        "if not x.numel():\n    continue\n": None,
+        "if not (n > 0):\n    continue\n": "compared with zero",
+        "if not n == 0:\n    continue\n": "compared with zero",
         "if n == 0:\n    continue\nelse:\n    y = 1\n": "lone 'continue'",
         "if n == 0:\n    y = 1\n    continue\n": "lone 'continue'",
         "if n == 1:\n    continue\n": "compared with zero",

@@ -11,7 +11,7 @@ import onnx_compat
 from onnx_compat import Dim, ExportError, TensorSpec
 
 
-from helpers import EXPORTERS, needs_dynamo
+from helpers import EXPORTERS, line_of, needs_dynamo
 
 
 class CeilFrames(nn.Module):
@@ -45,12 +45,6 @@ def _specs(name):
             [TensorSpec("output", [batch, time if out_time == "time" else Dim(out_time), width], lengths=[1])])
 
 
-def _line_of(cls, text):
-    import inspect
-    lines, start = inspect.getsourcelines(cls)
-    return start + next(i for i, line in enumerate(lines) if text in line)
-
-
 @needs_dynamo
 @pytest.mark.parametrize("name", list(CASES))
 def test_auto_keeps_python_size_arithmetic_dynamic(name, tmp_path):
@@ -82,7 +76,7 @@ class ShortestLengthCrop(nn.Module):
 def test_torchscript_names_the_line_that_froze_a_size(tmp_path):
     batch, time = Dim("batch"), Dim("time")
     specs = ([TensorSpec("data", [batch, time, 3], lengths=[1])], [TensorSpec("output", [batch, Dim("kept"), 3])])
-    line = _line_of(ShortestLengthCrop, "shortest = int(")
+    line = line_of(ShortestLengthCrop, "shortest = int(")
     with pytest.raises(ExportError, match=rf"frozen into the graph by Python code at .*test_sizes.py:{line}"):
         onnx_compat.export(ShortestLengthCrop(), str(tmp_path / "m.onnx"), *specs, exporter="torchscript")
     assert not (tmp_path / "m.onnx").exists()
@@ -116,7 +110,7 @@ def test_a_python_loop_over_segments_is_refused_by_both_exporters(tmp_path):
     message = str(failed.value)
     assert "torchscript:" in message and "'segments'" in message, message
     if "dynamo" in EXPORTERS:  # dynamo_loops names the loop's own line
-        assert "dynamo:" in message and f"test_sizes.py:{_line_of(SegmentLoop, '# the loop')}" in message, message
+        assert "dynamo:" in message and f"test_sizes.py:{line_of(SegmentLoop, '# the loop')}" in message, message
     assert not (tmp_path / "m.onnx").exists()
 
 

@@ -15,7 +15,7 @@ The selection's size is a value of the data (an unbacked size to torch.export), 
 only a shortcut when the rest of the step does nothing on an empty selection, as here: gathering no rows,
 running the expert on none and adding nothing with ``index_add_``. So when dynamo stops at an ``if`` whose
 only statement is ``continue`` and whose test compares a data-dependent size with zero (``n == 0``,
-``0 == n``, ``n < 1``, ``n <= 0``), the capture runs again with that ``if`` removed
+``0 == n``, ``n < 1``, ``n <= 0``, ``not n``), the capture runs again with that ``if`` removed
 (``source_rewrites.py``): the graph runs the rest of the step on the selection whatever its size.
 
 What this assumes, the rest of the step being a no-op on an empty selection, is the model's to hold: a step
@@ -40,8 +40,10 @@ _ZERO_TESTS = {"Eq": 0, "LtE": 0, "Lt": 1}  # n <op> constant: n is zero
 
 
 def _is_zero_test(test: ast.expr) -> bool:
-    """``n == 0``, ``0 == n``, ``n < 1`` or ``n <= 0`` (a comparison is a ``SymBool`` the hook sees; ``not n``
-    of a size is a ``SymInt``'s truth, which it does not)."""
+    """``n == 0``, ``0 == n``, ``n < 1``, ``n <= 0`` or ``not n`` (``n`` a size, or a flag that says the selection
+    is not empty: ``asked_at`` checks which on the value, since ``not empty`` would skip the opposite)."""
+    if _negated_size(test):
+        return True
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return False
     op, left, right = type(test.ops[0]).__name__, test.left, test.comparators[0]
@@ -50,12 +52,28 @@ def _is_zero_test(test: ast.expr) -> bool:
     return op == "Eq" and isinstance(left, ast.Constant) and left.value == 0
 
 
+def _negated_size(test: ast.expr) -> bool:
+    """``not <name, call, attribute or subscript>``: the truth of what may be a size (``not top_x.numel()``)."""
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) \
+        and isinstance(test.operand, (ast.Name, ast.Call, ast.Attribute, ast.Subscript))
+
+
+def _says_nonempty(value) -> bool:
+    """The condition is true exactly when its one size is not zero (``n != 0``, ``n > 0``, ``n >= 1``): what
+    ``not n`` asks of a size (``SymInt.__bool__`` is ``n != 0``), or a flag that says the selection is not empty."""
+    expr = value.node.expr
+    if len(expr.free_symbols) != 1:
+        return False
+    size = next(iter(expr.free_symbols))
+    return all(bool(expr.subs(size, n)) == (n > 0) for n in (0, 1, 2, 7))
+
+
 def why_not(branch: ast.If) -> Optional[str]:
     """None when ``branch`` is ``if <n is zero>: continue`` and nothing else; else what stops it."""
     if branch.orelse or len(branch.body) != 1 or not isinstance(branch.body[0], ast.Continue):
         return "its body is not a lone 'continue' without an else"
     if not _is_zero_test(branch.test):
-        return "its test is not a size compared with zero (n == 0, n < 1, n <= 0)"
+        return "its test is not a size compared with zero (n == 0, n < 1, n <= 0, not n)"
     return None
 
 
@@ -71,6 +89,8 @@ def asked_at(value, branch: Optional[ast.If], frame) -> None:
     condition ``value`` asks whether a data-dependent size is zero and ``branch`` only continues the loop."""
     if not in_place(NAME) or branch is None or why_not(branch) is not None or not _unbacked(value):
         return
+    if _negated_size(branch.test) and not _says_nonempty(value):  # not <a flag that says "empty">: not a skip of
+        return                                                      # the empty selection
     acted(NAME)
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     raise EmptySkip(f"{where}: the model skips a loop step when a data-dependent selection is empty "
