@@ -144,12 +144,7 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     report = StateManagedReport(folder, "state-managed", managers.RASR_TYPE, "master", config=text,
                                 uses_encoder_lengths={"scorer": uses_length} if encoder is not None else {},
                                 manager=layout.manager, layout=layout.flavour, notes=list(layout.notes))
-    feats = None
-    if encoder is not None:
-        fns = Callables(encoder, score, module=owner)
-        gen = np.random.default_rng(seed)
-        feats = [gen.standard_normal((1, n, features.dims[2])).astype(np.float32)
-                 for n in utterance_lengths(fns, features, utterances, FRAMES_EXAMPLE)]
+    feats = None if encoder is None else _utterances(encoder, score, owner, features, utterances, seed)
     report.eager = EagerSide(wrapper, [n for s in inputs for n in s.onnx_names], [o.name for o in outputs], encoder)
     proof = make_proof(report, text, wrapper, [s.onnx_names for s in inputs], outputs, encoder, feats, len(vocabulary),
                    sentence_end, beam, max_labels)
@@ -157,6 +152,14 @@ def export_state_managed(folder: str, *, manager: str, score: Callable, states: 
     parts = export_graphs(graphs, folder, exporter, atol, rtol, seed, proof, {CONFIG_FILE: text})
     finish(report, parts, earlier, t0)
     return report
+
+
+def _utterances(encoder, score, owner, features, utterances, seed) -> List[np.ndarray]:
+    """The feature sequences an AED's proof decodes ([1, T, F] each, drawn with ``seed``), at the lengths
+    ``utterances`` asks for or the default ones (``rehearsal.utterance_lengths``)."""
+    gen = np.random.default_rng(seed)
+    lengths = utterance_lengths(Callables(encoder, score, module=owner), features, utterances, FRAMES_EXAMPLE)
+    return [gen.standard_normal((1, n, features.dims[2])).astype(np.float32) for n in lengths]
 
 
 def _checked(manager, states, batch, vocabulary, sentence_end, start_labels, encoder, features, encoder_dim,

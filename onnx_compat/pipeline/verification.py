@@ -221,11 +221,31 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     """
     others = as_runtimes(runtimes)
     check_examples(inputs, examples)  # a malformed example is the error, before anything loads
+    sess, cases = _session_and_cases(onnx_model, serialized, ort_session, cases, lambda: reference_cases(
+        model, inputs, outputs, sizes=sizes, example=example, seed=seed, examples=examples, drawing=drawing))
+    fed = _draws_fed(onnx_model, serialized, cases, lambda case: _live(model, inputs, outputs, case))
+    try:
+        results = _checked(sess, onnx_model, fed, others, cases, outputs, atol, rtol)
+        if fed is None:
+            results = _float64_judged(sess, onnx_model, model, inputs, outputs, cases, results, atol, rtol)
+    finally:
+        if fed is not None:
+            fed.close()
+    failed = next((r for r in results if not r.ok), None)
+    if raise_on_failure and failed is not None:
+        note = _undrawn(fed, cases)
+        if failed.failure in (None, "values"):  # a quantized file misses atol by design: say so
+            note += approximate.note(onnx_model)
+        raise _error(failed, atol, rtol, note)
+    return results
+
+
+def _session_and_cases(onnx_model, serialized, ort_session, cases, references: Callable[[], List[Case]]):
+    """An ONNX Runtime session of the graph (``ort_session`` if given) and the eager reference cases (``cases`` if
+    given, else ``references()``), the two computed side by side: loading a large graph and running the model at
+    the verification shapes take about as long each. A graph that does not load is the error."""
     with ThreadPoolExecutor(1) as pool:
-        pending = None
-        if cases is None:
-            pending = pool.submit(reference_cases, model, inputs, outputs, sizes=sizes, example=example, seed=seed,
-                                  examples=examples, drawing=drawing)
+        pending = pool.submit(references) if cases is None else None
         try:
             if ort_session is None:  # a session given has loaded the graph already
                 loadable = serialized if serialized is not None else \
@@ -239,24 +259,7 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
                 pending.cancel()
             reason = f"the ONNX model does not load: {str(exc).splitlines()[0]}"
             raise VerificationError(reason, Mismatch({}, reason, kind="load")) from exc
-        if pending is not None:
-            cases = pending.result()
-    fed = _draws_fed(onnx_model, serialized, cases, lambda case: _live(model, inputs, outputs, case))
-    try:
-        results = _checked(sess, onnx_model, fed, others, cases, outputs, atol, rtol)
-        if fed is None:
-            results = _float64_judged(sess, onnx_model, model, inputs, outputs, cases, results, atol, rtol)
-    finally:
-        if fed is not None:
-            fed.close()
-    if raise_on_failure:
-        failed = next((r for r in results if not r.ok), None)
-        if failed is not None:
-            note = _undrawn(fed, cases)
-            if failed.failure in (None, "values"):  # a quantized file misses atol by design: say so
-                note += approximate.note(onnx_model)
-            raise _error(failed, atol, rtol, note)
-    return results
+        return sess, (pending.result() if pending is not None else cases)
 
 
 def _float64_judged(sess, onnx_model, model, inputs, outputs, cases: List[Case], results: List[ShapeCheck],
