@@ -38,6 +38,23 @@ class UnbindRNN(nn.Module):
         return torch.stack(outs, 1)
 
 
+class TimeFirstRNN(nn.Module):
+    """``for x_t in x`` over a time-first ``[T, B, F]`` input: iterating the tensor itself steps through dim 0,
+    which here is time, not the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = TanhCell()
+
+    def forward(self, x):
+        h = x.new_zeros(x.shape[1], 16)
+        outs = []
+        for x_t in x:
+            h = self.cell(x_t, h)
+            outs.append(h)
+        return torch.stack(outs)
+
+
 class RangeLSTM(nn.Module):
     """``for t in range(x.size(1))`` with ``x[:, t]``: two carried states (an LSTM cell), a per-step output
     joined with ``cat``, and the final state used after the loop."""

@@ -19,7 +19,7 @@ from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
-from pattern_models_loops import Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, ScanRNN, UnbindRNN
+from pattern_models_loops import Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, ScanRNN, TimeFirstRNN, UnbindRNN
 
 # lengths 1, the example's (37, at another batch) and 4x the example
 SIZES = ((1, 1), (3, 37), (2, 148))
@@ -42,6 +42,11 @@ CASES[1] = dataclasses.replace(CASES[1], vanilla={})
 # the route the refusals name: the loop written with torch's scan (plain dynamo exports it as well)
 CASES.append(PatchCase("scan_written_rnn", ScanRNN, _x, {0: {0: "batch", 1: "time"}}, sizes=SIZES,
                        exporters=("dynamo",), graph=_a_scan, atol=1e-4, rtol=1e-3))
+# time-first, iterated as ``for x_t in x``: dim 0 is time, so the loop is a scan, not a loop over the batch's rows
+# (which ``batch_rows.py`` lifts only for a length regulator, and refused this cell's Linear as "one row of a batch")
+CASES.append(PatchCase("time_first_iterated_rnn", TimeFirstRNN, lambda B, T, seed: (_x(B, T, seed)[0].transpose(0, 1),),
+                       {0: {0: "time", 1: "batch"}}, sizes=SIZES, exporters=("dynamo",), graph=_a_scan, atol=1e-4,
+                       rtol=1e-3))
 test_loop_exports_as_a_scan, test_vanilla_loop_is_specialised = patch_case_tests(CASES)
 
 

@@ -116,7 +116,8 @@ def _unbind(wrapped, instance, args, kwargs):
     frame = _model_frame()
     if frame is not None and isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and x.dim() > 0:
         size = x.shape[b["dim"]]
-        if _is_dynamic(size) and b["dim"] % x.dim() == 0 and _iterating() and _rows_are_padded():
+        if _is_dynamic(size) and b["dim"] % x.dim() == 0 and _iterating() and _rows_are_padded() \
+                and not scan_loops.planned(frame):
             return (BatchRow(x),)  # every row at once: a length regulator is lifted (batch_rows.py)
         if _is_dynamic(size):
             dim = b["dim"] % x.dim()

@@ -192,6 +192,22 @@ def _write_back(frame, values: Dict[str, object]) -> None:
     ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
 
 
+def planned(frame, by_index: bool = False) -> bool:
+    """The loop at ``frame``'s line is a scan by its source (it carries a tensor or appends steps that are
+    stacked), checked before anything runs: a loop over dim 0 is then run as a scan, whichever named dim
+    that is (time-first ``for x_t in x``), not taken for a loop over the batch's rows (``batch_rows.py``)."""
+    loop = loop_at(frame)
+    if loop is None:
+        return False
+    local = dict(frame.f_locals)
+    try:
+        tree, loop = loop_flags.taken(_function_ast(frame.f_code), loop, local)
+        plan = _plan(tree, loop, local, by_index)
+    except NotLiftable:
+        return False
+    return bool(plan.lists or plan.carries or plan.stores)
+
+
 def lift(frame, loop: Optional[ast.For], xs: torch.Tensor, by_index: bool = False) -> None:
     """Run ``loop`` (at ``frame``'s line) as a scan over ``xs``'s dim 0; NotLiftable says why not."""
     if loop is None:
