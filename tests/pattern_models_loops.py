@@ -55,6 +55,36 @@ class TimeFirstRNN(nn.Module):
         return torch.stack(outs)
 
 
+class KeptStateNeuron(nn.Module):
+    """A leaky neuron that keeps its membrane potential on itself, as snntorch's ``Leaky`` does (a buffer ``mem``,
+    empty until the first step, assigned every step)."""
+
+    def __init__(self, beta: float = 0.9):
+        super().__init__()
+        self.beta = beta
+        self.register_buffer("mem", torch.zeros(0), persistent=False)
+
+    def forward(self, x):
+        if self.mem.shape != x.shape:
+            self.mem = torch.zeros_like(x)
+        self.mem = self.beta * self.mem + x
+        return self.mem
+
+
+class KeptStateLoop(nn.Module):
+    """A loop over time whose state lives on a module, not in the loop's variables."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.lif = nn.Linear(8, 16), KeptStateNeuron()
+
+    def forward(self, x):
+        outs = []
+        for t in range(x.size(1)):
+            outs.append(self.lif(self.fc(x[:, t])))
+        return torch.stack(outs, 1)
+
+
 class RangeLSTM(nn.Module):
     """``for t in range(x.size(1))`` with ``x[:, t]``: two carried states (an LSTM cell), a per-step output
     joined with ``cat``, and the final state used after the loop."""

@@ -19,7 +19,8 @@ from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
-from pattern_models_loops import Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, ScanRNN, TimeFirstRNN, UnbindRNN
+from pattern_models_loops import (KeptStateLoop, KeptStateNeuron, Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, ScanRNN,
+                                  TimeFirstRNN, UnbindRNN)
 
 # lengths 1, the example's (37, at another batch) and 4x the example
 SIZES = ((1, 1), (3, 37), (2, 148))
@@ -63,7 +64,7 @@ def _line(cls, offset: int) -> str:
 
 def _export(model, tmp_path, exporter, lengths=False):
     b, t = Dim("batch"), Dim("time")
-    width = 16 if isinstance(model, (UnbindRNN, ScanRNN)) else 8
+    width = 16 if isinstance(model, (UnbindRNN, ScanRNN, KeptStateLoop)) else 8
     inputs = [TensorSpec("x", [b, t, 8])] + ([TensorSpec("lengths", [b], dtype=torch.int64)] if lengths else [])
     with pytest.raises(ExportError) as raised:
         onnx_compat.export(model, str(tmp_path / "m.onnx"), inputs, [TensorSpec("y", [b, t, width])],
@@ -79,6 +80,17 @@ def test_a_mask_stored_row_by_row_is_refused_with_its_line_and_why_under_dynamo(
     text = _export(RowMask(), tmp_path, "dynamo", lengths=True)
     head = text.split("also tried")[0]
     assert _line(RowMask, 2) in head and "stores into mask[i, lengths[i]:]" in head, text[-1200:]
+
+
+@needs_dynamo
+def test_a_step_that_keeps_state_on_a_module_is_refused_at_the_assignment(tmp_path):
+    """The neuron assigns its state to itself each step (snntorch's ``self.mem = ...``): a scan step may not change
+    anything outside itself, and torch says only that a function of export's buffer hook is "marked as skipped".
+    The refusal names the loop and the assignment, and says to carry the state in the loop's variables."""
+    text = _export(KeptStateLoop(), tmp_path, "dynamo")
+    first_write = KeptStateNeuron.forward.__code__.co_firstlineno + 2
+    assert _line(KeptStateLoop, 2) in text and "the step keeps state on a module" in text, text[-1500:]
+    assert f"pattern_models_loops.py:{first_write} (self.mem = torch.zeros_like(x))" in text, text[-1500:]
 
 
 @needs_dynamo

@@ -23,7 +23,7 @@ carrying (``c = c_t``) is read after the loop as the final state.
 
 What is not lifted is refused by ``loops.py`` naming the line and the reason (a subscript store such as a
 mask zeroed row by row, ``break``, a list read otherwise than stacked, a carried value that is not a
-tensor, a body the scan cannot trace). The checks are on the source, before anything runs (``scan_plans.py``), so a loop
+tensor, a body the scan cannot trace, a step that assigns state to a module: ``scan_traces.py``). The checks are on the source, before anything runs (``scan_plans.py``), so a loop
 that is lifted computes exactly what its Python loop computes, step by step.
 """
 from __future__ import annotations

@@ -115,6 +115,9 @@ def _step_failure(error: Exception) -> str:
     kind = next((line.strip() for line in text.split("Got graph break/error:", 1)[1].splitlines() if line.strip()),
                 "a graph break")
     frames = _user_frames(text)
+    kept = _state_kept_on_a_module(frames)
+    if kept:
+        return kept
     where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][3].strip()})" if frames else ""
     said = f"{kind}{where}"
     if "data-dependent branching" in kind.lower():
@@ -122,6 +125,23 @@ def _step_failure(error: Exception) -> str:
                  "torch.where(cond, a, b) (e.g. m = torch.where(torch.all(n == 0), i, torch.maximum(i, f))), "
                  "or use torch.cond")
     return said
+
+
+_MODULE_WRITES = ("__setattr__", "register_buffer", "register_parameter")
+
+
+def _state_kept_on_a_module(frames) -> str:
+    """A step that assigns a tensor to a module's attribute (snntorch's neurons keep their membrane potential as
+    ``self.mem``, updated every step) changes something outside the step, which a scan step may not (torch: "HOP:
+    Unsafe side effect", or export's buffer-assignment hook "marked as skipped"): said at the assignment in the
+    model's or library's code, with what a step can do instead. "" when the failure is another."""
+    inside = [k for k, f in enumerate(frames) if f[2].strip() in _MODULE_WRITES and f[0].endswith("module.py")]
+    if not inside or inside[0] == 0:
+        return ""
+    filename, line, _, code = frames[inside[0] - 1]
+    return (f"the step keeps state on a module: {filename}:{line} ({code.strip()}) assigns a module attribute "
+            f"every step, and a scan step may change nothing outside itself; carry that state in the loop's "
+            f"variables instead (a stateless or functional form of the layer, its state passed in and returned)")
 
 
 def scanned_steps(step_with, gate, carries, steps_in):
