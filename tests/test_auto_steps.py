@@ -143,11 +143,20 @@ def specs_of(case):
     model = case.model()
     with torch.no_grad():  # the example, one more in the batch, more frames: a batch dim follows the batch alone
         same, batch, frames = (_as_tuple(model(*case.inputs(b, t, 0))) for b, t in ((B, T), (B + 1, T), (B, T + 5)))
-    name = case.dynamic[0][0]
+    name = _batch_name(case)
     outputs = [TensorSpec(f"y{j}", [s if s == sb == sf else Dim(name) if (sb, sf) == (s + 1, s) else None
                                     for s, sb, sf in zip(a.shape, b.shape, f.shape)], dtype=a.dtype)
                for j, (a, b, f) in enumerate(zip(same, batch, frames))]
     return inputs, outputs
+
+
+def _batch_name(case):
+    """The name the case gives the first input's axis that grows with the batch (dim 0 unless the input is
+    time-first)."""
+    B, T = case.example
+    now, more = case.inputs(B, T, 0)[0].shape, case.inputs(B + 1, T, 0)[0].shape
+    axis = next(a for a, (s, m) in enumerate(zip(now, more)) if m == s + 1)
+    return case.dynamic[0][axis]
 
 
 def _as_tuple(out):
