@@ -128,6 +128,31 @@ class FloorDivision(nn.Module):
         return steps.to(x.dtype) * x.mean(1)
 
 
+class SizeNumbers(nn.Module):
+    """Index arithmetic with a size as the number, as position and bucket code writes it: reformer-pytorch's
+    buckets wrap positions around the length (``% seqlen``); hashing and interleaving code takes bitwise ops and
+    shifts of positions by a size; a decay raised to a size-dependent power; a clamp at the length made with
+    ``torch.tensor(T)``."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x):
+        T = x.shape[1]
+        p = torch.arange(T, device=x.device)
+        if self.op == "remainder":  # remainder.Scalar and remainder.Scalar_Tensor
+            rotated = x[:, (p + T // 2) % T]
+            return rotated + (T % (p + 1)).to(x.dtype)[None, :, None] * x
+        if self.op == "bitwise":  # bitwise ops, shifts and pow with a size as the number
+            mixed = ((p ^ T) & (T + 3)) + (p | T) + ((p << (T % 3)) >> (T % 2)) + (T & (p + 1))
+            decay = (p.to(x.dtype) / T) ** (T % 4 + 1)
+            return x * decay[None, :, None] + mixed.to(x.dtype)[None, :, None] / T
+        if self.op == "tensor_of_size":  # torch.tensor of a size
+            return torch.minimum(torch.cumsum(x.abs(), 1), torch.tensor(T).to(x.dtype) / 4) * x.sign()
+        raise ValueError(self.op)
+
+
 def _no_rms_norm(exporter):
     return None if hasattr(nn, "RMSNorm") else f"torch {torch.__version__} has no nn.RMSNorm"
 
@@ -175,6 +200,14 @@ CASES = [
                 {"torchscript": "_upsample_bilinear2d_aa", "dynamo": "mismatch"}),
     _image_case("antialias_bicubic_size", lambda: Antialias("bicubic", size=(9, 7)),
                 {"torchscript": "_upsample_bicubic2d_aa"}),
+    # a size as the number of remainder, pow, bitwise ops and shifts (reformer's buckets: % seqlen): torchlib's
+    # Scalar translations make the number a constant; TorchScript writes no integer Xor at all
+    _case("size_remainder", lambda: SizeNumbers("remainder"), {"dynamo": "aten_remainder_scalar"},
+          exporters=("dynamo",)),
+    _case("size_bitwise_pow", lambda: SizeNumbers("bitwise"), {"dynamo": "aten_bitwise_xor_scalar"},
+          exporters=("dynamo",)),
+    # unpatched it exports; wrapped by constant_values, torch.tensor lost the non-strict exporter's tracing of a size
+    _case("tensor_of_size", lambda: SizeNumbers("tensor_of_size"), {}),
     # the Python loop over the batch fixes B (docs/models.md, Limits): lengths vary, B does not
     _case("length_regulator", LengthRegulator, {"torchscript": "aten::pad_sequence", "dynamo": "Failed to decompose"},
           _durations, {0: {1: "time"}, 1: {1: "time"}}, sizes=((2, 23), (2, 50), (2, 5)),

@@ -23,6 +23,10 @@ subclasses"), though models call it on a constant or a buffer only to read a
 dtype (``np.finfo(self.window.numpy().dtype).eps``): it gives the known
 values of a tensor made from constants, and for any other tensor of static
 shape a ``DtypeOnly`` that answers dtype and shape and refuses its values.
+
+``torch.tensor`` of data holding a symbolic size (``torch.tensor(x.shape[1])``) goes to torch's Python
+``torch.tensor``, as the non-strict exporter sends it there itself only when the function called is
+``torch.tensor``: wrapped here it is not, and the size was baked in at the example (measured on torch 2.13).
 """
 from __future__ import annotations
 
@@ -81,7 +85,17 @@ def _factory_values(name: str, args, kwargs):
     return None if source is None else np.asarray(source)
 
 
+def _symbolic_data(name: str, args) -> bool:
+    """``torch.tensor`` of data holding a symbolic size (``torch.tensor(x.shape[1])``)."""
+    return name == "tensor" and bool(args) and any(
+        isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) for a in torch.utils._pytree.tree_leaves(args[0]))
+
+
 def _factory(wrapped, instance, args, kwargs):
+    if _symbolic_data(wrapped.__name__, args) and hasattr(torch._refs, "tensor"):
+        # the non-strict exporter sends such data to torch's Python torch.tensor, which traces the size, when the
+        # function called is torch.tensor: wrapped here, it is not, and the size would be baked in
+        return torch._refs.tensor(*args, **kwargs)
     made = wrapped(*args, **kwargs)
     shaping = {k: v for k, v in kwargs.items() if k not in ("dtype", "device", "requires_grad", "pin_memory",
                                                              "layout", "copy")}

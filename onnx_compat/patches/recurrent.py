@@ -306,11 +306,13 @@ def pad_packed(wrapped, instance, args, kwargs):
 
 
 def translations() -> dict:
-    """Our custom ops -> their ONNX translations (onnxscript imported on use), and the diagonals' ATen ops
-    where ``diagonal_gather`` is in place."""
-    from onnx_compat.patches import _rnn_onnx as rnn_onnx, diagonals
+    """Our custom ops -> their ONNX translations (onnxscript imported on use), the diagonals' ATen ops
+    where ``diagonal_gather`` is in place, and the ATen ops whose number may be a size of the graph
+    (``_symbolic_scalars_onnx``)."""
+    from onnx_compat.patches import _rnn_onnx as rnn_onnx, _symbolic_scalars_onnx, diagonals
     return {torch.ops.onnx_compat.rnn.default: rnn_onnx.rnn,
-            torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed, **diagonals.translations()}
+            torch.ops.onnx_compat.rnn_packed.default: rnn_onnx.rnn_packed, **diagonals.translations(),
+            **_symbolic_scalars_onnx.translations()}
 
 
 def packing(wrapped, instance, args, kwargs):
@@ -346,8 +348,9 @@ def _exported(wrapped, args, kwargs):
 # Registered on every torch so that an older one names the release it needs (``min_torch``).
 register(Patch(
     name="onnx_translations",
-    description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops "
-                "and of the diagonals' ATen ops (diagonal_gather) "
+    description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops, "
+                "of the diagonals' ATen ops (diagonal_gather) and of remainder, pow, the bitwise ops and shifts "
+                "whose number is a size of the graph (i % x.shape[1]) "
                 "(added to the caller's custom_translation_table)",
     targets=("torch.onnx:export",),
     wrapper=_with_translations,
