@@ -8,10 +8,11 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 import onnx_compat
-from onnx_compat.models.op_tail_cases import CASES
-from onnx_compat.testing import patch_case_tests
+from onnx_compat import Dim, TensorSpec
+from onnx_compat.models.op_tail_cases import CASES, SplitBySize
+from onnx_compat.testing import assert_matches_eager, patch_case_tests
 
-from helpers import export
+from helpers import EXPORTERS, export
 
 test_patched_export_matches_eager, test_vanilla_export_fails_as_recorded = patch_case_tests(CASES)
 
@@ -56,3 +57,49 @@ def test_eager_is_untouched_inside_patched(case):
         assert torch.equal(got, expected)
     else:  # this torch's kernel is not bit-reproducible itself (InstanceNorm on torch 2.0)
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+# --- a split by a size (split_size_folding) ---------------------------------------------------------------------
+
+def _halves_checks():
+    """Even lengths other than the example's 36, B=1 included."""
+    return [({"batch": b, "time": t}, (torch.randn(b, t, 8, generator=torch.Generator().manual_seed(seed)),))
+            for seed, (b, t) in enumerate(((1, 24), (3, 50), (2, 10)), start=1)]
+
+
+def _export_halves(model):
+    half = torch.export.Dim("half", min=1, max=512)
+    return torch.onnx.export(model, (torch.randn(2, 36, 8),), dynamo=True, input_names=["x"],
+                             dynamic_shapes=({0: torch.export.Dim("batch"), 1: 2 * half},)).model_proto
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter's graph optimiser")
+def test_a_split_by_a_size_exports_under_dynamo(tmp_path):
+    """``x.split(x.shape[1] // 2)``: patched, the ``SplitToSequence`` of a 0-d size is left unfolded and splits at
+    every even length, through a plain ``torch.onnx.export`` and through ``export()`` with a multiple declared."""
+    model = SplitBySize().eval()
+    with onnx_compat.patched():
+        proto = _export_halves(model)
+    assert_matches_eager(proto, model, _halves_checks(), atol=1e-5, rtol=1e-4, name="split_by_size")
+    assert "SplitToSequence" in {n.op_type for n in proto.graph.node}
+    b, t = Dim("batch"), Dim("time", multiple=2, min=2, example=36)
+    report = onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
+                                [TensorSpec("y", [b, Dim("half"), 16])], exporter="dynamo")
+    assert report.exporter == "dynamo" and len(report.verification) == 3
+    assert all(c["ok"] for c in report.verification) and report.degenerate == []
+    assert all(c["sizes"]["time"] % 2 == 0 and c["sizes"]["time"] != 36 for c in report.verification)
+
+
+@pytest.mark.torch_facts
+def test_vanilla_split_by_a_size_stops_in_constant_folding():
+    """Unpatched, onnxscript's folding of that ``SplitToSequence`` stops the export (where it does)."""
+    try:
+        _export_halves(SplitBySize().eval())
+    except Exception as exc:
+        chain, seen = [], exc
+        while seen is not None:
+            chain.append(str(seen))
+            seen = seen.__cause__ or seen.__context__
+        assert any("SplitToSequence" in text for text in chain), chain[-1][:300]
+        return
+    pytest.skip("this torch and onnxscript export a split by a size unpatched")

@@ -153,6 +153,15 @@ class SizeNumbers(nn.Module):
         raise ValueError(self.op)
 
 
+class SplitBySize(nn.Module):
+    """Two halves cut by a size, ``x.split(x.shape[1] // 2, dim=1)`` (an even length): the split size is a value
+    of the graph, not a constant (under dynamo, ``SplitToSequence`` of a 0-d size)."""
+
+    def forward(self, x):
+        first, second = x.split(x.shape[1] // 2, dim=1)
+        return torch.cat([second.flip(1) * 2, first.cumsum(1)], dim=-1)
+
+
 def _no_rms_norm(exporter):
     return None if hasattr(nn, "RMSNorm") else f"torch {torch.__version__} has no nn.RMSNorm"
 

@@ -42,6 +42,7 @@ from onnx_compat.patches import size_branches  # noqa: F401
 from onnx_compat.patches import empty_skips  # noqa: F401
 from onnx_compat.patches import index_lists  # noqa: F401
 from onnx_compat.patches import exact_identities  # noqa: F401
+from onnx_compat.patches import split_folding  # noqa: F401
 from onnx_compat.patches import translation_table  # noqa: F401
 from onnx_compat.patches import multi_output_matches  # noqa: F401
 from onnx_compat.patches import caught_module_errors  # noqa: F401
