@@ -66,6 +66,20 @@ class TimePatches(nn.Module):
         return self.proj(patches.flatten(2))
 
 
+class ChunkedFeedForward(nn.Module):
+    """A position-wise feed-forward run chunk by chunk to save memory, as reformer-pytorch's ``Chunk`` runs it:
+    ``torch.cat([ff(c) for c in x.chunk(n, dim=1)], dim=1)``; the count of pieces, ``ceil(T / ceil(T / n))``,
+    depends on the length (37 frames in 100 chunks: 37 pieces)."""
+
+    def __init__(self, chunks: int = 100):
+        super().__init__()
+        self.chunks = chunks
+        self.ff = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cat([self.ff(c) for c in x.chunk(self.chunks, dim=1)], dim=1)
+
+
 # --- a patch that costs one exporter the graph ------------------------------------------------------
 
 class ComplexDiff(nn.Module):

@@ -202,7 +202,7 @@ def _waveform(B, T, g):
     return torch.randn(B, T, generator=g), lengths
 
 
-from pattern_models_round3b import SSLPaddingMask, TimePatches  # noqa: E402
+from pattern_models_round3b import ChunkedFeedForward, SSLPaddingMask, TimePatches  # noqa: E402
 
 # the example's 37 samples leave a remainder (2 frames); 96 and 110 samples divide into their 8 and 10 frames,
 # where both plain graphs keep the trim and mask every frame; 79 leaves one (B=1 first)
@@ -252,6 +252,25 @@ def test_pieces_of_a_dynamic_dim_used_as_a_tuple_are_refused_naming_the_line():
     text = str(raised.value)
     assert f"pattern_models_round3b.py:{line}: x.split(16, dim=1) of a dynamic dim" in text, text
     assert "a multiple of 16" in text and "Dim(..., multiple=16)" in text, text
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+def test_chunks_whose_count_depends_on_the_length_are_named_when_the_dim_comes_out_a_number(tmp_path):
+    """``[ff(c) for c in x.chunk(100, dim=1)]``: dynamo unrolls the example's 37 pieces and the output's frames come
+    out 37; the error names the chunk's line and the length rule that makes the count 100 at every size (before:
+    only that the dim was a number)."""
+    import inspect
+    from onnx_compat import Dim, TensorSpec
+    lines, start = inspect.getsourcelines(ChunkedFeedForward.forward)
+    line = start + next(i for i, text in enumerate(lines) if "x.chunk(" in text)
+    b, t = Dim("batch"), Dim("time")
+    with pytest.raises(onnx_compat.ExportError) as raised:
+        onnx_compat.export(ChunkedFeedForward().eval(), str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
+                           [TensorSpec("y", [b, t, 8])], exporter="dynamo")
+    text = str(raised.value)
+    assert "'y' dim 1 ('time')" in text and f"pattern_models_round3b.py:{line}: x.chunk(100, dim=1)" in text, text
+    assert "Dim(..., multiple=100)" in text, text
+    assert not (tmp_path / "m.onnx").exists()
 
 
 @pytest.mark.parametrize("dim,stack_dim", [(1, 1), (1, 0), (-1, -1), (2, 3), (0, 2)])

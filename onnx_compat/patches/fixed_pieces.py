@@ -16,8 +16,9 @@ way than stacked are refused naming the line and that rule (before: the frames s
 """
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -143,7 +144,8 @@ def _chunk(wrapped, instance, args, kwargs):
             or not isinstance(bound["dim"], int):
         return wrapped(*args, **kwargs)
     if type(bound["chunks"]) is int:
-        return _even_chunks(wrapped, args, kwargs, bound["input"], bound["chunks"], bound["dim"])
+        return _even_chunks(wrapped, args, kwargs, bound["input"], bound["chunks"], bound["dim"],
+                            f"{frame.f_code.co_filename}:{frame.f_lineno}")
     if not _is_dynamic(bound["chunks"]):
         return wrapped(*args, **kwargs)
     x, dim = bound["input"], bound["dim"]
@@ -153,17 +155,43 @@ def _chunk(wrapped, instance, args, kwargs):
                   f"x.chunk({bound['chunks']}, dim={dim})")
 
 
-def _even_chunks(wrapped, args, kwargs, x: torch.Tensor, chunks: int, dim: int):
+def _even_chunks(wrapped, args, kwargs, x: torch.Tensor, chunks: int, dim: int, where: str):
     """``x.chunk(n, d)`` of a dynamic dim that is a multiple of ``n`` at every size (a bidirectional layer's
     ``h.chunk(2, dim=0)`` of the ``2 * B`` rows it stacked): ``n`` pieces of ``size // n``. torch's own split
     counts its pieces as ``(size + k - 1) // k`` with ``k = ceil(size / n)``, which the shape solver cannot
     prove is ``n`` ("((3*s77 - 1)//s77) == 2"), and the batch became static (speechbrain's LiGRU, torch 2.13).
-    Any other chunk (a size that need not divide, where the count does depend on it) is torch's."""
+    Any other chunk (a size that need not divide, where the count does depend on it) is torch's, its line kept
+    for the capture's error (``counted_chunks``)."""
     size = x.shape[dim] if -x.dim() <= dim < x.dim() else None
-    if chunks < 1 or not _is_dynamic(size) or not _divides(size, chunks):
+    if chunks < 1 or not _is_dynamic(size):
+        return wrapped(*args, **kwargs)
+    if not _divides(size, chunks):
+        if _counted is not None and chunks > 1:
+            _counted.append(f"{where}: x.chunk({chunks}, dim={dim}) cuts a dynamic dim into ceil(T / ceil(T / "
+                            f"{chunks})) pieces, a count that depends on the length, which dynamo made the example's "
+                            f"number where the pieces are looped over or unpacked; compute over the whole tensor, or "
+                            f"declare the length a multiple of {chunks} (Dim(..., multiple={chunks})), which cuts it "
+                            f"into {chunks} pieces at every size")
         return wrapped(*args, **kwargs)
     step = size // chunks
     return tuple(x.narrow(dim, i * step, step) for i in range(chunks))
+
+
+# the lines of this capture's chunks whose count depends on a dynamic size; None outside ``counted_chunks``
+_counted: Optional[List[str]] = None
+
+
+@contextlib.contextmanager
+def counted_chunks(found: List[str]):
+    """Around a dynamo capture: ``found`` gets the line of each ``x.chunk(n, d)`` of a dynamic dim that ``n`` need
+    not divide, the likely cause when the capture's graph holds that dim only up to a bound (a comprehension
+    over the pieces unrolled at the example's count: reformer-pytorch's chunked feed-forward)."""
+    global _counted
+    outer, _counted = _counted, found
+    try:
+        yield found
+    finally:
+        _counted = outer
 
 
 def _divides(size, chunks: int) -> bool:
@@ -193,7 +221,8 @@ register(Patch(
     description="torch.stack(x.split(n, dim)) of a dynamic dim: the pieces stacked as one gather from the runtime "
                 "size (TorchScript wrote the example's Split, dynamo specialised the dim); pieces of one row "
                 "(split(1), chunk(T) of a length T) indexed by a loop run as a scan are read from the whole tensor; "
-                "chunk(n) of a dynamic dim that is a multiple of n is n narrows, without torch's guard on the count; "
+                "chunk(n) of a dynamic dim that is a multiple of n is n narrows, without torch's guard on the count "
+                "(any other chunk(n) of a dynamic dim is named when that dim comes out a number); "
                 "the pieces used as a tuple of a dynamic dim under dynamo are refused naming the line and the "
                 "length rule",
     targets=("torch:split", "torch:Tensor.split", "torch:stack", "torch:chunk", "torch:Tensor.chunk"),

@@ -26,6 +26,7 @@ from onnx_compat import versions
 from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
 from onnx_compat.graph import all_nodes
 from onnx_compat.patches import diagonals, source_rewrites
+from onnx_compat.patches.fixed_pieces import counted_chunks
 from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.patches.patch import acting
@@ -182,7 +183,7 @@ class Dynamo:
         names = dims.onnx_names(request.inputs)
         progress = io.StringIO()
         try:
-            with contextlib.redirect_stdout(progress):
+            with contextlib.redirect_stdout(progress), counted_chunks(captured.counted):
                 program = self._onnx_program(request, captured)
         except Exception as exc:
             static = dims.static_dims(exc, names, dims.axes_of(request.inputs))
@@ -195,8 +196,9 @@ class Dynamo:
         narrowed = [] if exported is None or request.let_dims_specialize else \
             dims.narrowed_dims(exported, names, dims.axes_of(request.inputs), request.args)
         if narrowed:
-            for dim in narrowed:  # a table the model holds with that many rows is the likely cause (issue #47, 1)
-                dim.cause = cache_limits(request.model, dim.high) or None
+            for dim in narrowed:  # a table the model holds with that many rows is the likely cause (issue #47, 1),
+                # else a chunk of a dynamic dim whose count depends on it
+                dim.cause = cache_limits(request.model, dim.high) or "; ".join(dict.fromkeys(captured.counted)) or None
             raise DimSpecialized(narrowed)
         if request.weights is None:
             proto = program.model_proto

@@ -51,6 +51,9 @@ class Captured:
     # draft export: what it assumed where torch.export would have stopped (the example's values, guards); a
     # rewrite of the model's code that takes something for granted (source_rewrites.Rule.assumes)
     assumed: List[str] = field(default_factory=list)
+    # dynamo: the lines of chunks of a dynamic dim whose count depends on its size (``fixed_pieces.counted_chunks``),
+    # the likely cause when that dim comes out a number
+    counted: List[str] = field(default_factory=list)
 
     def add(self, record: warnings.WarningMessage) -> None:
         text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"

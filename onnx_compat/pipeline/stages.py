@@ -69,7 +69,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     if request.strict and captured.baked:
         raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}",
                           stage="strict")
-    check_dims(proto, subject.specs, "")
+    check_dims(proto, subject.specs, "", captured.counted)
     t1 = time.perf_counter()
     record.timings[f"export_{strategy.name}"] = t_captured - t0
     record.timings["repair"] = t1 - t_captured  # int repair, OpenVINO fixes, fitting, the dims check
@@ -188,10 +188,13 @@ def _verified(proto, request: ExportRequest, weights=None, serialized=None, **kw
     return verify_model(proto, subject.model, subject.inputs, subject.outputs, serialized=serialized, **common)
 
 
-def check_dims(proto, specs: Sequence[TensorSpec], stage: str) -> None:
+def check_dims(proto, specs: Sequence[TensorSpec], stage: str, counted: Sequence[str] = ()) -> None:
+    """A requested dynamic dim the graph holds constant; ``counted``: chunks whose count depends on a dynamic
+    size (dynamo), said as the likely cause."""
     problems = graph.static_where_dynamic(proto, dims.wanted_dynamic(specs))
     if problems:
-        raise ExportError(stage + "; ".join(problems), stage="cleanup" if stage else "dims")
+        cause = f" (likely cause: {'; '.join(dict.fromkeys(counted))})" if counted else ""
+        raise ExportError(stage + "; ".join(problems) + cause, stage="cleanup" if stage else "dims")
 
 
 def _check_cleaned_dims(cleaned, proto, request: ExportRequest, weights, references) -> None:
