@@ -69,15 +69,23 @@ class TimePatches(nn.Module):
 class ChunkedFeedForward(nn.Module):
     """A position-wise feed-forward run chunk by chunk to save memory, as reformer-pytorch's ``Chunk`` runs it:
     ``torch.cat([ff(c) for c in x.chunk(n, dim=1)], dim=1)``; the count of pieces, ``ceil(T / ceil(T / n))``,
-    depends on the length (37 frames in 100 chunks: 37 pieces)."""
+    depends on the length (37 frames in 100 chunks: 37 pieces). ``carried``: a running sum carried from chunk to
+    chunk, as performer-pytorch's causal linear attention carries its prefix sums."""
 
-    def __init__(self, chunks: int = 100):
+    def __init__(self, chunks: int = 100, carried: bool = False):
         super().__init__()
-        self.chunks = chunks
+        self.chunks, self.carried = chunks, carried
         self.ff = nn.Linear(8, 8)
 
     def forward(self, x):
-        return torch.cat([self.ff(c) for c in x.chunk(self.chunks, dim=1)], dim=1)
+        if not self.carried:
+            return torch.cat([self.ff(c) for c in x.chunk(self.chunks, dim=1)], dim=1)
+        last, outs = 0, []  # a running sum carried from chunk to chunk (performer-pytorch's causal linear attention)
+        for c in x.chunk(self.chunks, dim=1):
+            total = last + self.ff(c).cumsum(1)
+            last = total[:, -1:]
+            outs.append(total)
+        return torch.cat(outs, dim=1)
 
 
 # --- a patch that costs one exporter the graph ------------------------------------------------------

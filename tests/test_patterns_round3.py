@@ -255,21 +255,34 @@ def test_pieces_of_a_dynamic_dim_used_as_a_tuple_are_refused_naming_the_line():
 
 
 @pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
-def test_chunks_whose_count_depends_on_the_length_are_named_when_the_dim_comes_out_a_number(tmp_path):
-    """``[ff(c) for c in x.chunk(100, dim=1)]``: dynamo unrolls the example's 37 pieces and the output's frames come
-    out 37; the error names the chunk's line and the length rule that makes the count 100 at every size (before:
-    only that the dim was a number)."""
+@pytest.mark.parametrize("carried,chunks,found", [(False, 100, "'y' dim 1 ('time') was requested dynamic but is 37"),
+                                                  (True, 10, "Invalid sequence index (9)")], ids=["per_chunk", "carried"])
+def test_chunks_whose_count_depends_on_the_length_are_named_when_the_graph_holds_the_example(tmp_path, carried, chunks,
+                                                                                              found, monkeypatch):
+    """``[ff(c) for c in x.chunk(100, dim=1)]``: dynamo unrolls the example's 37 pieces, so the output's frames come
+    out 37 (its time declared); with a sum carried across ``x.chunk(10, dim=1)`` and the output's time left to the
+    model, the graph reads piece 9 of the 8 there are at T=23. The error names the chunk's line and the length rule
+    that makes the count fixed at every size (before: only that the dim was a number, or the runtime's index
+    error)."""
     import inspect
     from onnx_compat import Dim, TensorSpec
     lines, start = inspect.getsourcelines(ChunkedFeedForward.forward)
     line = start + next(i for i, text in enumerate(lines) if "x.chunk(" in text)
     b, t = Dim("batch"), Dim("time")
+    import onnx_compat.api  # no per-module culprit search: an export per module, which names no chunk
+    monkeypatch.setattr(onnx_compat.api, "culprit_of_failure", lambda *args, **kwargs: None)
     with pytest.raises(onnx_compat.ExportError) as raised:
-        onnx_compat.export(ChunkedFeedForward().eval(), str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
-                           [TensorSpec("y", [b, t, 8])], exporter="dynamo")
+        onnx_compat.export(ChunkedFeedForward(chunks, carried=carried).eval(), str(tmp_path / "m.onnx"),
+                           [TensorSpec("x", [b, t, 8])], [TensorSpec("y", [b, None if carried else t, 8])],
+                           exporter="dynamo")
     text = str(raised.value)
-    assert "'y' dim 1 ('time')" in text and f"pattern_models_round3b.py:{line}: x.chunk(100, dim=1)" in text, text
-    assert "Dim(..., multiple=100)" in text, text
+    assert found in text, text
+    if not carried:
+        assert f"pattern_models_round3b.py:{line}: x.chunk({chunks}, dim=1)" in text, text
+    else:  # the loop's own chunk call
+        carried_line = start + next(i for i, text in enumerate(lines) if text.strip().startswith("for c in x.chunk("))
+        assert f"pattern_models_round3b.py:{carried_line}: x.chunk({chunks}, dim=1)" in text, text
+    assert f"Dim(..., multiple={chunks})" in text, text
     assert not (tmp_path / "m.onnx").exists()
 
 

@@ -35,6 +35,9 @@ class Attempt:
     # a failed attempt whose error came from a patch's own code (not a refusal it raises): that file and line
     in_patches: Optional[str] = None
     assumed: List[str] = field(default_factory=list)  # draft export: what it took from the example to go on
+    # dynamo: chunks of a dynamic dim whose count depends on its size (file:line and the rule), the likely cause of
+    # a graph that holds that dim at the example's value
+    counted: List[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:

@@ -59,7 +59,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
                                       asked, request.patches, weights=spill)
     t_captured = time.perf_counter()
     record.capture, record.warnings = captured.capture, {"baked": captured.baked, "other": captured.other}
-    record.acted, record.assumed = list(captured.acted), list(captured.assumed)
+    record.acted, record.assumed, record.counted = list(captured.acted), list(captured.assumed), list(captured.counted)
     _check_opset(proto, asked, strategy.name)
     proto, record.repairs = repair_int_types(proto)
     record.repairs[:0] = repaired_while_exporting(proto)  # patched() casts a TorchScript graph's sizes itself
@@ -69,7 +69,7 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     if request.strict and captured.baked:
         raise ExportError(f"strict: a tensor was turned into a Python number while tracing: {captured.baked[0]}",
                           stage="strict")
-    check_dims(proto, subject.specs, "", captured.counted)
+    check_dims(proto, subject.specs, "")
     t1 = time.perf_counter()
     record.timings[f"export_{strategy.name}"] = t_captured - t0
     record.timings["repair"] = t1 - t_captured  # int repair, OpenVINO fixes, fitting, the dims check
@@ -97,10 +97,11 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
     if isinstance(exc, CaptureError) and exc.warnings is not None:
         record.warnings = {"baked": exc.warnings.baked, "other": exc.warnings.other}
         record.capture, record.acted = exc.warnings.capture, list(exc.warnings.acted)
-        record.assumed = list(exc.warnings.assumed)
+        record.assumed, record.counted = list(exc.warnings.assumed), list(exc.warnings.counted)
     what = capture.error_line(exc)
-    record.error = what + (baked_hint(record.warnings.get("baked", ())) if _size_could_be_baked(exc) else "") \
-        + first_cause.outside_weights_hint(exc)
+    sized = _size_could_be_baked(exc)
+    record.error = what + (baked_hint(record.warnings.get("baked", ())) + counted_hint(record.counted, what)
+                           if sized else "") + first_cause.outside_weights_hint(exc)
     if record.assumed and not isinstance(exc, CaptureError):  # a graph made, then found wrong: it assumed these
         record.error += f" [the graph assumed: {'; '.join(record.assumed)}]"
     record.stage, record.in_patches = first_cause.stage_of(exc), first_cause.patch_site(exc) if record.patched else None
@@ -160,6 +161,13 @@ def baked_hint(baked: Sequence[str]) -> str:
             "exporter trace it]")
 
 
+def counted_hint(counted: Sequence[str], said: str) -> str:
+    """The chunks whose count depends on a dynamic size (dynamo), the likely cause of a graph wrong at other sizes,
+    unless the error says them already."""
+    lines = [c for c in dict.fromkeys(counted) if c not in said]
+    return f" [likely cause: {'; '.join(lines)}]" if lines else ""
+
+
 def clean_graph(proto: onnx.ModelProto, weights=None, serialized: Optional[bytes] = None):
     """The cleaned graph and the session that runs it (``cleanup.py``)."""
     from onnx_compat.pipeline.cleanup import cleanup_with_session
@@ -188,13 +196,10 @@ def _verified(proto, request: ExportRequest, weights=None, serialized=None, **kw
     return verify_model(proto, subject.model, subject.inputs, subject.outputs, serialized=serialized, **common)
 
 
-def check_dims(proto, specs: Sequence[TensorSpec], stage: str, counted: Sequence[str] = ()) -> None:
-    """A requested dynamic dim the graph holds constant; ``counted``: chunks whose count depends on a dynamic
-    size (dynamo), said as the likely cause."""
+def check_dims(proto, specs: Sequence[TensorSpec], stage: str) -> None:
     problems = graph.static_where_dynamic(proto, dims.wanted_dynamic(specs))
     if problems:
-        cause = f" (likely cause: {'; '.join(dict.fromkeys(counted))})" if counted else ""
-        raise ExportError(stage + "; ".join(problems) + cause, stage="cleanup" if stage else "dims")
+        raise ExportError(stage + "; ".join(problems), stage="cleanup" if stage else "dims")
 
 
 def _check_cleaned_dims(cleaned, proto, request: ExportRequest, weights, references) -> None:
