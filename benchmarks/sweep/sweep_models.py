@@ -805,3 +805,5 @@ import sweep_models2  # noqa: E402,F401
 # the third round's models (round=3): OCR, time series and NLP; then speech, music and state-space models
 import sweep_models3  # noqa: E402,F401
 import sweep_models3b  # noqa: E402,F401
+# the probe after round three (round=4): sequence models from libraries no round used
+import sweep_models4  # noqa: E402,F401
