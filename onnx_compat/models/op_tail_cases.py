@@ -210,9 +210,8 @@ CASES = [
     _image_case("antialias_bicubic_size", lambda: Antialias("bicubic", size=(9, 7)),
                 {"torchscript": "_upsample_bicubic2d_aa"}),
     # a size as the number of remainder, pow, bitwise ops and shifts (reformer's buckets: % seqlen): torchlib's
-    # Scalar translations make the number a constant; TorchScript writes no integer Xor at all
-    _case("size_remainder", lambda: SizeNumbers("remainder"), {"dynamo": "aten_remainder_scalar"},
-          exporters=("dynamo",)),
+    # Scalar translations make the number a constant (TorchScript exports % of a size; it writes no integer Xor)
+    _case("size_remainder", lambda: SizeNumbers("remainder"), {"dynamo": "aten_remainder_scalar"}),
     _case("size_bitwise_pow", lambda: SizeNumbers("bitwise"), {"dynamo": "aten_bitwise_xor_scalar"},
           exporters=("dynamo",)),
     # unpatched it exports; wrapped by constant_values, torch.tensor lost the non-strict exporter's tracing of a size
