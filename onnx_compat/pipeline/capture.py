@@ -196,9 +196,8 @@ class Dynamo:
         narrowed = [] if exported is None or request.let_dims_specialize else \
             dims.narrowed_dims(exported, names, dims.axes_of(request.inputs), request.args)
         if narrowed:
-            for dim in narrowed:  # a table the model holds with that many rows is the likely cause (issue #47, 1),
-                # else a chunk of a dynamic dim whose count depends on it
-                dim.cause = cache_limits(request.model, dim.high) or "; ".join(dict.fromkeys(captured.counted)) or None
+            for dim in narrowed:  # a table the model holds with that many rows is the likely cause (issue #47, 1)
+                dim.cause = cache_limits(request.model, dim.high) or None
             raise DimSpecialized(narrowed)
         if request.weights is None:
             proto = program.model_proto

@@ -11,7 +11,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -103,3 +103,29 @@ _STRATEGY = re.compile(r"with `([^`]+)`\.\.\. (\u2705|\u274c)")
 def progress_strategies(text: str) -> List[str]:
     """Each capture strategy torch.onnx tried, from its progress lines, and how it went."""
     return [f"{how}: {'ok' if mark == chr(0x2705) else 'failed'}" for how, mark in _STRATEGY.findall(text)]
+
+
+_LOCATION = re.compile(r"\(([^()]+:\d+)\)$")
+
+
+def baked_hint(baked: Sequence[str]) -> str:
+    """Where the tracer turned a tensor into a Python number: the user's source line that baked a size
+    (a line of the user's code before one inside torch)."""
+    places: List[str] = []
+    for text in baked:
+        found = _LOCATION.search(text)
+        if found and found.group(1) not in places:
+            places.append(found.group(1))
+    if not places:
+        return ""
+    places.sort(key=lambda p: os.path.abspath(p).startswith(_TORCH_DIR))
+    more = f" and {len(places) - 1} more" if len(places) > 1 else ""
+    return (f" [a size was frozen into the graph by Python code at {places[0]}{more} (TracerWarning: "
+            "'Converting a tensor to a Python ...'); compute it with tensor ops there, or let the dynamo "
+            "exporter trace it]")
+
+
+def counted_hint(counted: Sequence[str]) -> str:
+    """The chunks whose count depends on a dynamic size (dynamo: ``Captured.counted``), the likely cause of a
+    graph that holds a dim at the example's value or is wrong at other sizes."""
+    return f" [likely cause: {'; '.join(dict.fromkeys(counted))}]" if counted else ""

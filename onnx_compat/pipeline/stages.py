@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import onnx
 import torch
@@ -27,6 +26,7 @@ from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releas
 from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
 from onnx_compat.model_state import preserved
+from onnx_compat.pipeline.capture_said import baked_hint, counted_hint
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
@@ -100,7 +100,7 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
         record.assumed, record.counted = list(exc.warnings.assumed), list(exc.warnings.counted)
     what = capture.error_line(exc)
     sized = _size_could_be_baked(exc)
-    record.error = what + (baked_hint(record.warnings.get("baked", ())) + counted_hint(record.counted, what)
+    record.error = what + (baked_hint(record.warnings.get("baked", ())) + counted_hint(record.counted)
                            if sized else "") + first_cause.outside_weights_hint(exc)
     if record.assumed and not isinstance(exc, CaptureError):  # a graph made, then found wrong: it assumed these
         record.error += f" [the graph assumed: {'; '.join(record.assumed)}]"
@@ -138,34 +138,6 @@ def _size_could_be_baked(exc: BaseException) -> bool:
     if isinstance(exc, ExportError):
         return exc.stage in ("dims", "cleanup") or (exc.__cause__ is not None and _size_could_be_baked(exc.__cause__))
     return isinstance(exc, (CaptureError, DimSpecialized))
-
-
-_LOCATION = re.compile(r"\(([^()]+:\d+)\)$")
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-
-
-def baked_hint(baked: Sequence[str]) -> str:
-    """Where the tracer turned a tensor into a Python number: the user's source line that baked a size
-    (a line of the user's code before one inside torch)."""
-    places: List[str] = []
-    for text in baked:
-        found = _LOCATION.search(text)
-        if found and found.group(1) not in places:
-            places.append(found.group(1))
-    if not places:
-        return ""
-    places.sort(key=lambda p: os.path.abspath(p).startswith(_TORCH_DIR))
-    more = f" and {len(places) - 1} more" if len(places) > 1 else ""
-    return (f" [a size was frozen into the graph by Python code at {places[0]}{more} (TracerWarning: "
-            "'Converting a tensor to a Python ...'); compute it with tensor ops there, or let the dynamo "
-            "exporter trace it]")
-
-
-def counted_hint(counted: Sequence[str], said: str) -> str:
-    """The chunks whose count depends on a dynamic size (dynamo), the likely cause of a graph wrong at other sizes,
-    unless the error says them already."""
-    lines = [c for c in dict.fromkeys(counted) if c not in said]
-    return f" [likely cause: {'; '.join(lines)}]" if lines else ""
 
 
 def clean_graph(proto: onnx.ModelProto, weights=None, serialized: Optional[bytes] = None):
