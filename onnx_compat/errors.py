@@ -10,7 +10,7 @@ working.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 class OnnxCompatError(Exception):
@@ -196,6 +196,16 @@ class DimSpecialized(OnnxCompatError, RuntimeError):
     def __init__(self, dims: List[StaticDim]) -> None:
         super().__init__("; ".join(str(d) for d in dims))
         self.dims = list(dims)
+
+
+class SizedTrace(OnnxCompatError, RuntimeError):
+    """TorchScript's trace holds ops that depend on the example's sizes (a loop unrolled at its count), found
+    by tracing again at another size (``pipeline/sized_trace.py``). ``lines``: where Python code took a size as
+    a number."""
+
+    def __init__(self, message: str, lines: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.lines = list(lines)
 
 
 @dataclass

@@ -163,20 +163,39 @@ def test_a_failed_verification_in_export_names_the_module(exporter, tmp_path):
 
 
 @pytest.mark.skipif("dynamo" not in EXPORTERS, reason="auto needs a second exporter here")
-def test_the_module_search_runs_only_when_no_attempt_verifies(tmp_path, monkeypatch):
+class HalfMean(nn.Module):
+    """The mean of the first half of the frames, the half read back from a tensor of the length: TorchScript
+    bakes it at the example (``torch.tensor`` of a size is a constant of its trace: wrong numbers at other
+    lengths, with the same ops at every length), dynamo keeps it symbolic."""
+
+    def forward(self, x):
+        return torch.tanh(x[:, :torch.tensor(x.size(1)).item() // 2].mean(1))
+
+
+def _stored_steps():
+    from pattern_models_round3g import StoredStepsCell
+    batch, time = Dim("batch"), Dim("time")
+    return StoredStepsCell(), [TensorSpec("states", [batch, time, 2, 8]), TensorSpec("last", [batch, 8]),
+                               TensorSpec("gates", [batch, 2, time, 8])], "depends on the example's sizes"
+
+
+def _half_mean():
+    return HalfMean(), [TensorSpec("y", [Dim("batch"), 8])], "VerificationError"
+
+
+@pytest.mark.parametrize("build", [_stored_steps, _half_mean], ids=["loop_over_time", "baked_slice"])
+def test_the_module_search_runs_only_when_no_attempt_verifies(build, tmp_path, monkeypatch):
     """The search for where wrong numbers start exports once per module; auto runs it for the error of an export
     that nothing verified (above), not for a TorchScript attempt that dynamo then makes up for: a loop over time
-    TorchScript unrolls at the example, which dynamo lifts to a Scan."""
+    TorchScript unrolls at the example (its trace found sized by the example and put off), which dynamo lifts to
+    a Scan; a slice TorchScript bakes at the example's half, which dynamo keeps symbolic."""
     from onnx_compat.diagnosis import of_export
-    from pattern_models_round3g import StoredStepsCell
     searches = []
     search = of_export.diagnose
     monkeypatch.setattr(of_export, "diagnose", lambda *args, **kwargs: searches.append(1) or search(*args, **kwargs))
-    batch, time = Dim("batch"), Dim("time")
-    outputs = [TensorSpec("states", [batch, time, 2, 8]), TensorSpec("last", [batch, 8]),
-               TensorSpec("gates", [batch, 2, time, 8])]
-    report = onnx_compat.export(StoredStepsCell().eval(), str(tmp_path / "m.onnx"),
-                                [TensorSpec("x", [batch, time, 8])], outputs, exporter="auto")
+    model, outputs, why = build()
+    report = onnx_compat.export(model.eval(), str(tmp_path / "m.onnx"), [TensorSpec("x", [Dim("batch"), Dim("time"), 8])],
+                                outputs, exporter="auto")
     failed = [a for a in report.attempts if not a.ok]
     assert report.exporter == "dynamo" and [a.exporter for a in failed] == ["torchscript"], report.summary()
-    assert "VerificationError" in failed[0].error and not searches
+    assert why in failed[0].error and not searches, failed[0].error

@@ -21,9 +21,9 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
-from onnx_compat.errors import ExportError, reraise_interrupt
+from onnx_compat.errors import ExportError, SizedTrace, reraise_interrupt
 from onnx_compat.model_state import preserved
-from onnx_compat.pipeline import choose, stages
+from onnx_compat.pipeline import capture, choose, stages
 from onnx_compat.pipeline.memory import PeakMemory
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import Diagnose, ExportRequest, build_request
@@ -83,8 +83,9 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
     module at fault; the search for where wrong numbers start (an export per module: auto on a small loop model
     TorchScript unrolled took 21.4 s with it, 13.8 s without) runs only then, not for an attempt a later one
     makes up for."""
-    culprits, errors, failures = [], {}, []
-    for strategy in request.strategies:
+    culprits, errors, failures, deferred = [], {}, [], {}
+    strategies = list(request.strategies)  # a TorchScript trace sized by the example comes back after dynamo
+    for strategy in strategies:
         if not strategy.patches and (_nothing_to_set_aside(strategy, report.attempts)
                                      or refused_on_purpose(strategy, report.attempts, errors)):
             continue
@@ -96,17 +97,43 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
         except Exception as exc:
             reraise_interrupt(exc)  # Ctrl-C wrapped in another error stops the export; never a failed attempt
             found = stages.failed(exc, record, request, time.perf_counter() - t0, search_modules=False)
-            report.attempts.append(record)
+            if _put_off(exc, strategy, record, report.attempts, deferred, strategies):
+                continue
+            _take_place(record, report.attempts, deferred.pop(strategy, None))
             failures.append((found, exc, record))
             errors[id(record)] = exc
             continue
-        report.attempts.append(used.attempt)
+        _take_place(used.attempt, report.attempts, deferred.pop(strategy, None))
         return used
     for found, exc, record in failures:
         found = found or stages.module_culprit(exc, record, request)
         culprits += [found] if found else []
     error, head = stages.no_graph(request, report.attempts, culprits)
     raise error from errors.get(id(head))
+
+
+def _put_off(exc, strategy, record: Attempt, attempts, deferred: dict, strategies: list) -> bool:
+    """auto's TorchScript trace depends on the example's sizes (``sized_trace.py``): the attempt is put off, not
+    given up. It stays on the report as it stopped, and comes back in full right after dynamo's patched attempt
+    (before the attempts without the patches, as before), taking its place on the report: a model dynamo does
+    not verify still gets the graph it got before."""
+    if not isinstance(exc.__cause__, SizedTrace) or not getattr(strategy, "sized_first", False):
+        return False
+    attempts.append(record)
+    in_full, at = capture.STRATEGIES[0], strategies.index(strategy) + 1
+    after = next((k + 1 for k, s in enumerate(strategies[at:], start=at) if s.name == "dynamo" and s.patches),
+                 len(strategies))
+    deferred[in_full] = record
+    strategies.insert(after, in_full)
+    return True
+
+
+def _take_place(record: Attempt, attempts: list, put_off: Optional[Attempt]) -> None:
+    """The attempt goes on the report: in the place of the attempt it finishes, if it was put off."""
+    if put_off is None:
+        attempts.append(record)
+    else:
+        attempts[next(k for k, a in enumerate(attempts) if a is put_off)] = record
 
 
 def refused_on_purpose(strategy, attempts, errors) -> bool:

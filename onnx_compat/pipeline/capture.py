@@ -23,7 +23,8 @@ import onnx
 import torch
 
 from onnx_compat import versions
-from onnx_compat.errors import ArgumentError, CaptureError, DimSpecialized, TargetError, reraise_interrupt
+from onnx_compat.errors import (ArgumentError, CaptureError, DimSpecialized, SizedTrace, TargetError,
+                                reraise_interrupt)
 from onnx_compat.graph import all_nodes
 from onnx_compat.patches import diagonals, source_rewrites
 from onnx_compat.patches.fixed_pieces import counted_chunks
@@ -31,7 +32,7 @@ from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
-from onnx_compat.pipeline import dims, failure_site
+from onnx_compat.pipeline import dims, failure_site, sized_trace
 from onnx_compat.pipeline.capture_said import Captured, error_line, progress_strategies
 from onnx_compat.pipeline import weights as weights_module
 from onnx_compat.pipeline.weights import WeightsFolder
@@ -72,6 +73,11 @@ class TorchScript:
     name = label = "torchscript"  # ``name``: the exporter; ``label``: this way of capturing with it
     patches = True
 
+    def __init__(self, sized_first: bool = False) -> None:
+        # auto's first attempt: a trace that depends on the example's sizes stops before its conversion and
+        # dynamo goes first (``sized_trace.py``); where there is no dynamo, nothing would go first
+        self.sized_first = sized_first and HAS_DYNAMO
+
     def unavailable(self) -> Optional[str]:
         return None
 
@@ -101,7 +107,9 @@ class TorchScript:
 
     def _export(self, request: Request, target, export_params: bool) -> None:
         axes = dims.wanted_dynamic(list(request.inputs) + list(request.outputs))
-        with _onnx_log_kept_from_stderr():
+        checked = sized_trace.checked(_graph_module(), request.model, request.args, request.inputs) \
+            if self.sized_first and _graph_module() is not None else contextlib.nullcontext()
+        with _onnx_log_kept_from_stderr(), checked:
             torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
                               output_names=dims.onnx_names(request.outputs),
                               dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,
@@ -261,6 +269,9 @@ class Unpatched:
 # with dynamo too and keeps the faster. dynamo is the fallback where TorchScript fails or does not verify.
 STRATEGIES = (TorchScript(), Dynamo())
 EXPORTERS = tuple(s.name for s in STRATEGIES)
+# auto's TorchScript: a trace sized by the example hands over to dynamo before it is converted, and comes back
+# in full (``STRATEGIES[0]``) only if dynamo does not verify (``sized_trace.py``)
+SIZED_FIRST = (TorchScript(sized_first=True),) + STRATEGIES[1:]
 # ``auto``'s whole order, assembled here: both exporters under the patches, then each without them. Unpatched
 # after both patched attempts, not each right after its own: on round one's sweep (docs/sweep.json, 73 models)
 # no unpatched export verified a model the patched ones had not, and TorchScript unpatched tried second would
@@ -269,7 +280,7 @@ EXPORTERS = tuple(s.name for s in STRATEGIES)
 # Then torch.export's own options for data-dependent values (``FURTHER``): only those that turned a failure
 # into a verified graph on some model are kept (docs/pipeline.md, "More ways to capture").
 FURTHER = ()  # of capture_options.CAPTURE_OPTIONS, none paid: docs/pipeline.md, "More ways to capture"
-AUTO = STRATEGIES + tuple(Unpatched(s) for s in STRATEGIES) + FURTHER
+AUTO = SIZED_FIRST + tuple(Unpatched(s) for s in STRATEGIES) + FURTHER
 
 
 def strategy(name: str):
@@ -326,7 +337,7 @@ def run(exporter, model: torch.nn.Module, args: Tuple[torch.Tensor, ...], inputs
                             captured.assumed += assumed
                 except Exception as exc:  # located while the same patches act
                     reraise_interrupt(exc)  # Ctrl-C wrapped in an exporter's error stops the export
-                    where = chosen.locate(exc, request)
+                    where = {} if isinstance(exc, SizedTrace) else chosen.locate(exc, request)
                     raise CaptureError(chosen.name, error_line(exc), captured, **where) from exc
                 finally:
                     captured.acted = sorted(acted)
