@@ -8,26 +8,12 @@ import torch
 
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
+from onnx_compat.models.loop_cases import SteppedCell
 from onnx_compat.pipeline import capture
 
 from helpers import HAS_DYNAMO
 
 pytestmark = pytest.mark.skipif(not HAS_DYNAMO, reason="auto puts TorchScript off only where dynamo can go first")
-
-
-class SteppedCell(torch.nn.Module):
-    """A tanh cell stepped over ``range(x.size(1))``, its states stacked: TorchScript unrolls it at the example."""
-
-    def __init__(self):
-        super().__init__()
-        self.inp, self.rec = torch.nn.Linear(4, 6), torch.nn.Linear(6, 6)
-
-    def forward(self, x):
-        h, ys = torch.zeros(x.shape[0], 6), []
-        for t in range(x.size(1)):
-            h = torch.tanh(self.inp(x[:, t]) + self.rec(h))
-            ys.append(h)
-        return torch.stack(ys, 1)
 
 
 class CopiedPerFrame(torch.nn.Module):
@@ -60,7 +46,7 @@ def conversions(monkeypatch):
 
 def _loop_line(cls) -> str:
     source, start = inspect.getsourcelines(cls.forward)
-    return f"{__file__}:{start + next(i for i, line in enumerate(source) if 'for ' in line)}"
+    return f"{inspect.getsourcefile(cls)}:{start + next(i for i, line in enumerate(source) if 'for ' in line)}"
 
 
 def test_a_trace_sized_by_the_example_goes_to_dynamo_unconverted(tmp_path, conversions):
