@@ -122,7 +122,7 @@ def _put_off(exc, strategy, record: Attempt, attempts, deferred: dict, strategie
     attempts.append(record)
     in_full, at = capture.STRATEGIES[0], strategies.index(strategy) + 1
     after = next((k + 1 for k, s in enumerate(strategies[at:], start=at) if s.name == "dynamo" and s.patches),
-                 len(strategies))
+                 at)  # no dynamo to go first (this model refuses it): in full at once
     deferred[in_full] = record
     strategies.insert(after, in_full)
     return True
