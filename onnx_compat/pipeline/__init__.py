@@ -119,6 +119,7 @@ def _put_off(exc, strategy, record: Attempt, attempts, deferred: dict, strategie
     not verify still gets the graph it got before."""
     if not isinstance(exc.__cause__, SizedTrace) or not getattr(strategy, "sized_first", False):
         return False
+    record.stage = stages.PUT_OFF
     attempts.append(record)
     in_full, at = capture.STRATEGIES[0], strategies.index(strategy) + 1
     after = next((k + 1 for k, s in enumerate(strategies[at:], start=at) if s.name == "dynamo" and s.patches),

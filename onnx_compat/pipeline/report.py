@@ -31,7 +31,8 @@ class Attempt:
     strategy: str = ""
     patched: bool = True  # False: the patches were set aside for this attempt
     acted: List[str] = field(default_factory=list)  # the patches whose wrapper ran during its capture
-    stage: Optional[str] = None  # a failed attempt: where it stopped ("capture", "dims", "cleanup", "verify", ...)
+    stage: Optional[str] = None  # a failed attempt: where it stopped ("capture", "dims", "cleanup", "verify", ...,
+    # "put off": auto's TorchScript trace depended on the example's sizes and dynamo went first)
     # a failed attempt whose error came from a patch's own code (not a refusal it raises): that file and line
     in_patches: Optional[str] = None
     assumed: List[str] = field(default_factory=list)  # draft export: what it took from the example to go on

@@ -35,6 +35,9 @@ from onnx_compat.pipeline.verification import reference_cases, verify as verify_
 from onnx_compat.spec import TensorSpec
 
 
+PUT_OFF = "put off"  # an attempt's stage: its trace depends on the example's sizes, and dynamo went first
+
+
 @dataclass
 class Graph:
     """A verified (or, with ``verify=False``, unverified) graph and its verification results."""
@@ -294,6 +297,8 @@ def _why(choice: str, used: Attempt, attempts: Sequence[Attempt]) -> str:
         why = f"{used.label} exported and verified"
     else:
         why = f"fallback: {', '.join(a.label for a in failed)} did not export or verify"
+        if any(a.stage == PUT_OFF for a in failed):
+            why += " (torchscript's trace depends on the example's sizes: put off, not converted)"
     if used.patched:
         return why
     own = next((a for a in failed if a.exporter == used.exporter and a.patched), None)
