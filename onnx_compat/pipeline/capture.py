@@ -32,7 +32,7 @@ from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.loops import declared_maxima
 from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
-from onnx_compat.pipeline import dims, failure_site, sized_trace
+from onnx_compat.pipeline import dims, failure_site, size_remainders, sized_trace
 from onnx_compat.pipeline.capture_said import Captured, error_line, progress_strategies
 from onnx_compat.pipeline import weights as weights_module
 from onnx_compat.pipeline.weights import WeightsFolder
@@ -83,33 +83,36 @@ class TorchScript:
 
     def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
         if request.weights is not None and _graph_module() is not None:
-            return self._graph_then_weights(request)
+            return self._graph_then_weights(request, captured)
         # In memory unless the weights need a file (no file written and read back: 0.1 s on the 12 x 256 Conformer)
         target = io.BytesIO() if request.weights is None else request.weights.step_path(self.name)
-        self._export(request, target, export_params=True)
+        self._export(request, target, True, captured)
         if request.weights is not None:
             return request.weights.adopt(target, self.name)
         captured.serialized = target.getvalue()
         return onnx.load_from_string(captured.serialized)
 
-    def _graph_then_weights(self, request: Request) -> onnx.ModelProto:
+    def _graph_then_weights(self, request: Request, captured: Captured) -> onnx.ModelProto:
         """The graph without its weights (``export_params=False``), whose weight inputs then take the tensors
         the exporter would have written, straight into the weights' file. Below 2 GB torch encodes every weight
         into its proto, serialises it and copies the bytes into Python: 3x the weights at once (97 M params)."""
         target = io.BytesIO()
         with _tensors_of_the_graph() as tensors:
-            self._export(request, target, export_params=False)
+            self._export(request, target, False, captured)
         untyped = sorted(n for n, t in tensors.items() if weights_module.onnx_type(t) is None)
         if untyped:
             raise TypeError(f"weights {untyped[:3]} have a dtype ONNX has no type for")
         proto = onnx.load_from_string(target.getvalue())
         return request.weights.take(proto, tensors, self.name)
 
-    def _export(self, request: Request, target, export_params: bool) -> None:
+    def _export(self, request: Request, target, export_params: bool, captured: Captured) -> None:
         axes = dims.wanted_dynamic(list(request.inputs) + list(request.outputs))
-        checked = sized_trace.checked(_graph_module(), request.model, request.args, request.inputs) \
-            if self.sized_first and _graph_module() is not None else contextlib.nullcontext()
-        with _onnx_log_kept_from_stderr(), checked:
+        module = _graph_module()
+        checked = sized_trace.checked(module, request.model, request.args, request.inputs) \
+            if self.sized_first and module is not None else contextlib.nullcontext()
+        remainders = size_remainders.recorded(module, captured.remainders) if module is not None \
+            else contextlib.nullcontext()
+        with _onnx_log_kept_from_stderr(), remainders, checked:
             torch.onnx.export(request.model, request.args, target, input_names=dims.onnx_names(request.inputs),
                               output_names=dims.onnx_names(request.outputs),
                               dynamic_axes={k: v for k, v in axes.items() if v}, opset_version=request.opset,

@@ -54,6 +54,9 @@ class Captured:
     # dynamo: the lines of chunks of a dynamic dim whose count depends on its size (``fixed_pieces.counted_chunks``),
     # the likely cause when that dim comes out a number
     counted: List[str] = field(default_factory=list)
+    # TorchScript: the constant divisors of sizes' remainders its trace computed (``size_remainders.py``), each a
+    # verification shape at a multiple of it
+    remainders: List[int] = field(default_factory=list)
 
     def add(self, record: warnings.WarningMessage) -> None:
         text = f"{record.category.__name__}: {str(record.message).splitlines()[0]} ({record.filename}:{record.lineno})"

@@ -22,7 +22,7 @@ import torch
 from onnx_compat import graph
 from onnx_compat._version import __version__
 from onnx_compat.errors import CaptureError, Culprit, DimSpecialized, ExportError, VerificationError
-from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releases
+from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releases, size_remainders
 from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
 from onnx_compat.model_state import preserved
@@ -32,7 +32,7 @@ from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
 from onnx_compat.pipeline.steps import model_writer
 from onnx_compat.pipeline.verification import reference_cases, verify as verify_model
-from onnx_compat.spec import TensorSpec
+from onnx_compat.spec import TensorSpec, verification_sizes
 
 
 PUT_OFF = "put off"  # an attempt's stage: its trace depends on the example's sizes, and dynamo went first
@@ -78,13 +78,14 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     record.timings["repair"] = t1 - t_captured  # int repair, OpenVINO fixes, fitting, the dims check
     # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
     serialized = None if record.repairs or record.openvino else captured.serialized
+    sizes = _sizes_with_remainders(subject, captured.remainders + size_remainders.divisors_in_graph(proto))
     if _wants_cleanup(request.cleanup, strategy.name, proto):
         request.tell(f"cleanup and verification ({strategy.name})" if request.verify else f"cleanup ({strategy.name})")
-        proto, results = _cleaned(proto, record, request, spill, serialized)
+        proto, results = _cleaned(proto, record, request, spill, serialized, sizes)
     else:
         if request.verify:
             request.tell(f"verification ({strategy.name})")
-        results = _verified(proto, request, spill, serialized=serialized) if request.verify else None
+        results = _verified(proto, request, spill, serialized=serialized, sizes=sizes) if request.verify else None
         if request.verify:
             record.timings["verify"] = time.perf_counter() - t1
     record.ok, record.seconds = True, time.perf_counter() - t0
@@ -204,7 +205,15 @@ def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProt
     return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
 
 
-def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, serialized=None):
+def _sizes_with_remainders(subject, remainders) -> Optional[list]:
+    """The verification shapes, with one at a multiple of each divisor of a size's remainder the trace computed
+    (``size_remainders.py``); None (the default three) when there is none."""
+    found = list(dict.fromkeys(remainders))
+    extra = size_remainders.extra_sizes(subject.inputs, subject.example, found) if found else []
+    return verification_sizes(subject.inputs, subject.example) + extra if extra else None
+
+
+def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, serialized=None, sizes=None):
     """Cleanup, then the dims and (with ``verify``) the numbers of the result. ONNX Runtime cleans the graph
     in a second thread while this one runs the eager model for the reference outputs. Verifying the
     cleaned graph alone suffices; only when it fails is the raw export checked, to say whether the
@@ -214,7 +223,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
     with ThreadPoolExecutor(1) as pool:
         cleaning = pool.submit(_timed, clean_graph, proto, weights, serialized)
         t0 = time.perf_counter()
-        references = reference_cases(subject.model, subject.inputs, subject.outputs, example=subject.example,
+        references = reference_cases(subject.model, subject.inputs, subject.outputs, sizes=sizes, example=subject.example,
                                      seed=subject.seed + 1, examples=subject.examples,
                                      first_example_outputs=subject.example_reference,
                                      drawing=bool(subject.draws)) if request.verify else None

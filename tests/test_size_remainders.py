@@ -1,0 +1,77 @@
+"""A remainder of a size adds a verification shape where it is zero (``pipeline/size_remainders.py``): a branch on
+``T % block`` that the example and the three default shapes all take the same way is checked on its other side."""
+import math
+import os
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import onnx_compat
+from onnx_compat import Dim, TensorSpec
+
+from helpers import EXPORTERS
+
+BLOCK = 4
+
+
+class BlockPadded(nn.Module):
+    """Attention within blocks of 4 frames, the frames padded to a multiple of 4 behind ``if remainder > 0`` and
+    the padded positions of the last block masked (transformers' Granite speech encoder, reduced). At a multiple
+    of 4 eager takes neither branch; a graph holding the example's (T = 37) fails there."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.qk = nn.Linear(dim, 2 * dim)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        blocks = math.ceil(t / BLOCK)
+        remainder = t % BLOCK
+        if remainder > 0:
+            x = F.pad(x, (0, 0, 0, BLOCK - remainder))
+        q, k = self.qk(x).reshape(b * blocks, BLOCK, -1).chunk(2, dim=-1)
+        scores = q @ k.transpose(1, 2)
+        if remainder > 0:
+            mask = torch.ones(BLOCK, BLOCK, dtype=torch.bool)
+            mask[:remainder, :remainder] = False
+            scores[blocks - 1::blocks].masked_fill_(mask, -1e4)
+        out = scores.softmax(-1) @ x.reshape(b * blocks, BLOCK, -1)
+        return out.reshape(b, blocks * BLOCK, -1)[:, :t]
+
+
+class PaddedToBlock(nn.Module):
+    """The same padding written without a branch (``(-T) % 4``): right at every length."""
+
+    def forward(self, x):
+        t = x.shape[1]
+        blocks = F.pad(x, (0, 0, 0, (-t) % BLOCK)).unflatten(1, (-1, BLOCK))
+        return (blocks - blocks.mean(2, keepdim=True)).flatten(1, 2)[:, :t]
+
+
+def _specs():
+    b, t = Dim("batch"), Dim("time", min=2)
+    return [TensorSpec("x", [b, t, 8])], [TensorSpec("y", [b, t, 8])]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_a_branch_on_a_remainder_is_checked_where_the_remainder_is_zero(exporter, tmp_path):
+    """Without the added shape each exporter wrote a graph verified at T = 23, 53, 30 that failed at T = 8, 12, 20
+    (TorchScript: Reshape at run time; dynamo: max abs err 1.4)."""
+    path = str(tmp_path / "m.onnx")
+    inputs, outputs = _specs()
+    with pytest.raises(onnx_compat.ExportError) as refused:
+        onnx_compat.export(BlockPadded().eval(), path, inputs, outputs, exporter=exporter)
+    sizes = re.search(r"at sizes \{'batch': \d+, 'time': (\d+)\}", str(refused.value))
+    assert sizes and int(sizes.group(1)) % BLOCK == 0, str(refused.value)[:600]
+    assert not os.path.exists(path)
+
+
+def test_a_model_right_at_every_length_verifies_at_a_multiple_too(tmp_path):
+    inputs, outputs = _specs()
+    report = onnx_compat.export(PaddedToBlock(), str(tmp_path / "m.onnx"), inputs, outputs, exporter="torchscript")
+    times = [c["sizes"]["time"] for c in report.verification]
+    assert len(times) == 4 and times[-1] % BLOCK == 0 and all(c["ok"] for c in report.verification), times
+    assert sum(t % BLOCK == 0 for t in times[:3]) == 0  # the default three shapes alone never reach a multiple
