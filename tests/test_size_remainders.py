@@ -75,3 +75,19 @@ def test_a_model_right_at_every_length_verifies_at_a_multiple_too(tmp_path):
     times = [c["sizes"]["time"] for c in report.verification]
     assert len(times) == 4 and times[-1] % BLOCK == 0 and all(c["ok"] for c in report.verification), times
     assert sum(t % BLOCK == 0 for t in times[:3]) == 0  # the default three shapes alone never reach a multiple
+
+
+def test_verify_by_hand_adds_the_shape_from_the_graph(tmp_path):
+    """A user's own export checked with ``onnx_compat.verify``: the graph's ``Mod`` of a ``Shape`` by 4 adds the
+    shape at a multiple, where this graph fails (it passed at the three default shapes)."""
+    import io
+    model, (inputs, outputs) = BlockPadded().eval(), _specs()
+    buf = io.BytesIO()
+    with onnx_compat.patched(), torch.no_grad():
+        torch.onnx.export(model, (torch.randn(2, 37, 8),), buf, dynamo=False, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch", 1: "time"}, "y": {0: "batch", 1: "time"}})
+    import onnx
+    proto = onnx.load_from_string(buf.getvalue())
+    results = onnx_compat.verify(proto, model, inputs, outputs, raise_on_failure=False)
+    assert [r.ok for r in results] == [True, True, True, False], results
+    assert results[-1].sizes["time"] % BLOCK == 0

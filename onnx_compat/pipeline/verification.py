@@ -221,6 +221,8 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
     """
     others = as_runtimes(runtimes)
     check_examples(inputs, examples)  # a malformed example is the error, before anything loads
+    if sizes is None and cases is None:
+        sizes = with_remainders(onnx_model, inputs, example or dim_sizes(inputs))
     sess, cases = _session_and_cases(onnx_model, serialized, ort_session, cases, lambda: reference_cases(
         model, inputs, outputs, sizes=sizes, example=example, seed=seed, examples=examples, drawing=drawing))
     fed = _draws_fed(onnx_model, serialized, cases, lambda case: _live(model, inputs, outputs, case))
@@ -238,6 +240,21 @@ def verify(onnx_model: Union[str, os.PathLike, onnx.ModelProto], model: torch.nn
             note += approximate.note(onnx_model)
         raise _error(failed, atol, rtol, note)
     return results
+
+
+def with_remainders(onnx_model, inputs: Sequence[TensorSpec], example: Mapping[str, int]) -> Optional[list]:
+    """The default shapes and one at a multiple of each constant divisor of a size's remainder in the graph (a
+    ``Mod`` of a ``Shape``, ``size_remainders.py``), or None (the default three) when it holds none: a plain
+    export verified by hand is held to the same shapes as the pipeline's."""
+    from onnx_compat.pipeline import size_remainders
+    if isinstance(onnx_model, onnx.ModelProto):
+        proto = onnx_model
+    elif isinstance(onnx_model, (str, os.PathLike)):
+        proto = onnx.load(os.fspath(onnx_model), load_external_data=False)
+    else:
+        return None
+    extra = size_remainders.extra_sizes(inputs, dict(example), size_remainders.divisors_in_graph(proto))
+    return verification_sizes(inputs, example) + extra if extra else None
 
 
 def _session_and_cases(onnx_model, serialized, ort_session, cases, references: Callable[[], List[Case]]):
