@@ -27,20 +27,14 @@ _MOST = 2  # extra verification shapes at most: one per divisor, the first found
 def recorded(graph_module, found: List[int]) -> Iterator[None]:
     """While open, each TorchScript trace (``graph_module._trace_and_get_graph_from_model``) adds to ``found``
     the divisors of the sizes' remainders it computed."""
-    original = getattr(graph_module, "_trace_and_get_graph_from_model", None)
-    if original is None:
-        yield
-        return
+    from onnx_compat.pipeline.sized_trace import each_trace
 
-    def traced(model, args):
+    def traced(original, model, args):
         graph, out = original(model, args)
         found.extend(d for d in divisors(graph) if d not in found)
         return graph, out
-    graph_module._trace_and_get_graph_from_model = traced
-    try:
+    with each_trace(graph_module, traced):
         yield
-    finally:
-        graph_module._trace_and_get_graph_from_model = original
 
 
 def divisors(graph) -> List[int]:

@@ -17,7 +17,7 @@ import contextlib
 import linecache
 import re
 import warnings
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -37,12 +37,11 @@ def checked(graph_module, model: torch.nn.Module, args: Sequence[torch.Tensor],
     """While open, the TorchScript exporter's trace (``graph_module._trace_and_get_graph_from_model``) raises
     ``SizedTrace`` when the model's ops depend on a dynamic size."""
     other = _longer_sizes(inputs, args)
-    original = getattr(graph_module, "_trace_and_get_graph_from_model", None)
-    if original is None or other is None:
+    if other is None:
         yield
         return
 
-    def traced(traced_model, traced_args):
+    def traced(original, traced_model, traced_args):
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             graph, out = original(traced_model, traced_args)
@@ -51,7 +50,19 @@ def checked(graph_module, model: torch.nn.Module, args: Sequence[torch.Tensor],
         if lines:
             _compare(graph, traced_model, args, inputs, other, lines)
         return graph, out
-    graph_module._trace_and_get_graph_from_model = traced
+    with each_trace(graph_module, traced):
+        yield
+
+
+@contextlib.contextmanager
+def each_trace(graph_module, traced: Callable) -> Iterator[None]:
+    """While open, the TorchScript exporter's trace runs as ``traced(original, model, args)`` (``original``: its
+    own ``_trace_and_get_graph_from_model``), which returns what that returns; put back afterwards."""
+    original = getattr(graph_module, "_trace_and_get_graph_from_model", None)
+    if original is None:
+        yield
+        return
+    graph_module._trace_and_get_graph_from_model = lambda model, args: traced(original, model, args)
     try:
         yield
     finally:
