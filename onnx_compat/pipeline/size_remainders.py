@@ -114,6 +114,13 @@ def _from_a_size(value, depth: int = 12) -> bool:
     return any(_from_a_size(v, depth - 1) for v in node.inputs())
 
 
+def shapes(inputs: Sequence[TensorSpec], example: Dict[str, int], found: Sequence[int]) -> Optional[List[Dict[str, int]]]:
+    """The default verification shapes and one at a multiple of each divisor in ``found``; None (the default
+    three) when that adds none."""
+    extra = extra_sizes(inputs, dict(example), list(dict.fromkeys(found))) if found else []
+    return verification_sizes(inputs, example) + extra if extra else None
+
+
 def extra_sizes(inputs: Sequence[TensorSpec], example: Dict[str, int], found: Sequence[int]) -> List[Dict[str, int]]:
     """One verification shape per divisor (the first ``_MOST``): the second default shape with each dynamic dim
     past the batch the nearest allowed multiple of it, where that differs from the example; none where no dim

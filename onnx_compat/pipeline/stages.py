@@ -32,7 +32,7 @@ from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
 from onnx_compat.pipeline.steps import model_writer
 from onnx_compat.pipeline.verification import reference_cases, verify as verify_model
-from onnx_compat.spec import TensorSpec, verification_sizes
+from onnx_compat.spec import TensorSpec
 
 
 PUT_OFF = "put off"  # an attempt's stage: its trace depends on the example's sizes, and dynamo went first
@@ -78,7 +78,9 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     record.timings["repair"] = t1 - t_captured  # int repair, OpenVINO fixes, fitting, the dims check
     # the exporter's own bytes go to ONNX Runtime unless repair or fit changed the graph
     serialized = None if record.repairs or record.openvino else captured.serialized
-    sizes = _sizes_with_remainders(subject, captured.remainders + size_remainders.divisors_in_graph(proto))
+    # one more shape at a multiple of each divisor of a size's remainder, in the trace or the graph
+    sizes = size_remainders.shapes(subject.inputs, subject.example,
+                                   captured.remainders + size_remainders.divisors_in_graph(proto))
     if _wants_cleanup(request.cleanup, strategy.name, proto):
         request.tell(f"cleanup and verification ({strategy.name})" if request.verify else f"cleanup ({strategy.name})")
         proto, results = _cleaned(proto, record, request, spill, serialized, sizes)
@@ -203,14 +205,6 @@ def _wants_cleanup(cleanup: Optional[bool], exporter: str, proto: onnx.ModelProt
     if cleanup is not None:
         return cleanup
     return exporter == "torchscript" or any(n.op_type in ("LSTM", "GRU") for n in proto.graph.node)
-
-
-def _sizes_with_remainders(subject, remainders) -> Optional[list]:
-    """The verification shapes, with one at a multiple of each divisor of a size's remainder the trace computed
-    (``size_remainders.py``); None (the default three) when there is none."""
-    found = list(dict.fromkeys(remainders))
-    extra = size_remainders.extra_sizes(subject.inputs, subject.example, found) if found else []
-    return verification_sizes(subject.inputs, subject.example) + extra if extra else None
 
 
 def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, serialized=None, sizes=None):

@@ -253,8 +253,7 @@ def with_remainders(onnx_model, inputs: Sequence[TensorSpec], example: Mapping[s
         proto = onnx.load(os.fspath(onnx_model), load_external_data=False)
     else:
         return None
-    extra = size_remainders.extra_sizes(inputs, dict(example), size_remainders.divisors_in_graph(proto))
-    return verification_sizes(inputs, example) + extra if extra else None
+    return size_remainders.shapes(inputs, example, size_remainders.divisors_in_graph(proto))
 
 
 def _session_and_cases(onnx_model, serialized, ort_session, cases, references: Callable[[], List[Case]]):
