@@ -6,6 +6,8 @@ Both directions of a bidirectional cell over time-major ``[T, B, D]``, each step
 each step's output stored ``h[t, :, d, :] = h_t`` and the last ``c_t`` read after the loop. ``BoundRangeCell`` binds
 the range to a name first (``seq = range(T) if d == 0 else range(T - 1, -1, -1)``, then ``for t in seq``).
 """
+import math
+
 import torch
 from torch import nn
 
@@ -100,6 +102,54 @@ class PadToMultiple(nn.Module):
             if le % self.stride:
                 x = nn.functional.pad(x, (0, self.stride - le % self.stride), value=0.5)
         return self.conv(x)
+
+
+class PaddedBlocks(nn.Module):
+    """Frames in blocks of 4, padded to a multiple of 4 only where they are not one, the padding's effect undone
+    behind the same kind of branch. "granite": transformers' Granite speech encoder
+    (``modeling_granite_speech.py:176-202``): a lone pad at the end, attention within each block, then a second
+    ``if remainder > 0:`` that builds a mask (``mask[:remainder, :remainder] = 0``) and fills the padded scores of
+    each sequence's last block. "landmarks": nystrom-attention (``nystrom_attention.py:73-78``): the width named in
+    the branch, the frames and their padding mask padded at the front, the mask's pad behind an ``if`` of its own
+    (``if mask is not None:``), then each frame attends to the blocks' masked means (``ceil(n / 4)`` of them)."""
+
+    def __init__(self, form: str = "granite", dim: int = 8):
+        super().__init__()
+        self.qk = nn.Linear(dim, 2 * dim)
+        self.form, self.block = form, 4
+
+    def forward(self, x):  # [B, T, D]
+        return self._granite(x) if self.form == "granite" else self._landmarks(x, x[..., 0] > -0.5)
+
+    def _granite(self, x):
+        b, t, _ = x.shape
+        blocks = math.ceil(t / self.block)
+        remainder = t % self.block
+        if remainder > 0:
+            x = nn.functional.pad(x, (0, 0, 0, self.block - remainder))
+        q, k = self.qk(x).reshape(b * blocks, self.block, -1).chunk(2, dim=-1)
+        scores = q @ k.transpose(1, 2)
+        if remainder > 0:
+            mask = torch.ones(self.block, self.block, dtype=torch.bool)
+            mask[:remainder, :remainder] = False
+            scores[blocks - 1::blocks].masked_fill_(mask, -1e4)
+        out = scores.softmax(-1) @ x.reshape(b * blocks, self.block, -1)
+        return out.reshape(b, blocks * self.block, -1)[:, :t]
+
+    def _landmarks(self, x, mask=None):
+        b, n, _ = x.shape
+        remainder = n % self.block
+        if remainder > 0:
+            padding = self.block - (n % self.block)
+            x = nn.functional.pad(x, (0, 0, padding, 0), value=0)
+            if mask is not None:
+                mask = nn.functional.pad(mask, (padding, 0), value=False)
+        landmarks = math.ceil(n / self.block)
+        x = x * mask[..., None]
+        sums = x.reshape(b, landmarks, self.block, -1).sum(2)
+        means = sums / (mask.reshape(b, landmarks, self.block).sum(2, keepdim=True) + 1e-3)
+        q, _ = self.qk(x).chunk(2, dim=-1)
+        return ((q @ means.transpose(1, 2)).softmax(-1) @ means)[:, -n:]
 
 
 class ExpertSkip(nn.Module):

@@ -15,6 +15,12 @@ frames gathered by Python lists (``top_x.tolist()``, ``jamba.py:507``) are gathe
 (``patches/index_lists.py``).
 Checked at sizes where experts go empty (one frame, top-2 of 6), and a step that is not a no-op on an empty
 selection (a mean: NaN) is caught by verification, not written.
+
+Block attention pads the same way with more in the branch (transformers' Granite speech encoder: a mask built and
+filled behind a second ``if remainder > 0:``; nystrom-attention: the width named, the padding mask padded behind an
+``if`` of its own). Dynamo keeps the example's side, wrong at every multiple of the block (transformers' Granite
+encoder: max abs err 0.004; Nyströmformer: a Reshape fails); the body runs at every size with each pad's widths
+and each fill's mask times the condition as 1 or 0.
 """
 import ast
 import os
@@ -28,7 +34,7 @@ from onnx_compat.patches import empty_skips, size_branches
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import EXPORTERS, line_of
-from pattern_models_round3h import ExpertSkip, PadToMultiple
+from pattern_models_round3h import ExpertSkip, PaddedBlocks, PadToMultiple
 
 # T=48 and 72 are multiples of the stride (no pad in eager), 33 and 50 are not; the example 50 pads
 SIZES = ((1, 48), (3, 33), (2, 72))
@@ -51,6 +57,24 @@ test_a_pad_behind_a_size_branch_exports_both_sides, test_vanilla_pad_branch_take
     patch_case_tests(CASES)
 
 
+def _frames_of(B, T, seed):
+    return (torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _blocks_case(form, vanilla):
+    return PatchCase(f"padded_blocks_{form}", lambda: PaddedBlocks(form), _frames_of, {0: {0: "batch", 1: "time"}},
+                     sizes=SIZES, example=(2, 50), exporters=("dynamo",), atol=1e-5, rtol=1e-4, vanilla=vanilla)
+
+
+# plain dynamo (torch 2.13): the Granite form stops in onnx_ir's passes after inlining (as transformers' model
+# does; under patched() that is mended, and then the example's side fails at multiples: max abs err 1.4); the
+# landmarks form keeps the example's pad, so at T = 48 and 72 a Reshape gets a whole block too many
+BLOCK_CASES = [_blocks_case("granite", {"dynamo": "An error occurred when running the"}),
+               _blocks_case("landmarks", {"dynamo": "Reshape"})]
+test_a_masked_pad_behind_a_size_branch_exports_both_sides, test_vanilla_masked_pad_branch_takes_the_example_side = \
+    patch_case_tests(BLOCK_CASES)
+
+
 def test_the_indicators_are_the_comparisons():
     """Each comparison as 1 or 0 in integer arithmetic, at sizes on both sides of it (plain ints here; the graph
     gets the same expressions of its sizes)."""
@@ -62,13 +86,21 @@ def test_the_indicators_are_the_comparisons():
     assert [size_branches.indicator("truth", a) for a in (0, 3)] == [0, 1]
 
 
-def test_only_a_lone_pad_behind_comparisons_of_sizes_is_rewritten():
-    """Anything else stays as it was (the example's side, as before): an else, another statement, and/or (Python
-    decides it at the example), a call in the condition (its value may not be a size)."""
+def test_only_pads_and_fills_behind_comparisons_of_sizes_are_rewritten():
+    """Pads, masked fills, names bound there alone (items set on them) and ifs of them are; anything else stays as
+    it was (the example's side, as before): an else, a name the function binds elsewhere too (``x = x * 2`` after
+    the pad: run where the branch is not taken it would change ``x``), another statement, and/or (Python decides it
+    at the example), a call in the condition (its value may not be a size)."""
     forms = {
         "if le % 4 != 0:\n    x = F.pad(x, (0, 4 - le % 4))\n": None,
-        "if le % 4 != 0:\n    x = F.pad(x, (0, 4 - le % 4))\nelse:\n    x = x * 2\n": "without an else",
-        "if le % 4 != 0:\n    y = F.pad(x, (0, 1))\n": "without an else",
+        "if r > 0:\n    p = 4 - r\n    x = F.pad(x, (p, 0))\n    if m is not None:\n        m = F.pad(m, (p, 0))\n": None,
+        "if r > 0:\n    k = torch.ones(4, 4)\n    k[:r, :r] = 0\n    s[3::4].masked_fill_(k, -1e4)\n": None,
+        "if r > 0:\n    x = x.masked_fill(k, 0.0)\n": None,
+        "if le % 4 != 0:\n    x = F.pad(x, (0, 4 - le % 4))\nelse:\n    x = x * 2\n": "has an else",
+        "if le % 4 != 0:\n    y = F.pad(x, (0, 1))\n": "no pad or masked fill",
+        "if r > 0:\n    x = F.pad(x, (0, 1))\n    x = x * 2\n": "binds elsewhere",
+        "if r > 0:\n    x = F.pad(x, (0, 1))\n    print(x)\n": "not a pad, a masked fill",
+        "if r > 0:\n    x = F.pad(x, (0, 1))\n    y[0] = 1\n": "not a pad, a masked fill",
         "if le % 4 != 0 and le > 8:\n    x = F.pad(x, (0, 1))\n": "and/or",
         "if torch.jit.is_tracing():\n    x = F.pad(x, (0, 1))\n": "calls a function",
     }

@@ -132,7 +132,7 @@ class SizeNumbers(nn.Module):
     """Index arithmetic with a size as the number, as position and bucket code writes it: reformer-pytorch's
     buckets wrap positions around the length (``% seqlen``); hashing and interleaving code takes bitwise ops and
     shifts of positions by a size; a decay raised to a size-dependent power; a clamp at the length made with
-    ``torch.tensor(T)``."""
+    ``torch.tensor(T)``; a mask times a count of sizes."""
 
     def __init__(self, op):
         super().__init__()
@@ -150,6 +150,8 @@ class SizeNumbers(nn.Module):
             return x * decay[None, :, None] + mixed.to(x.dtype)[None, :, None] / T
         if self.op == "tensor_of_size":  # torch.tensor of a size
             return torch.minimum(torch.cumsum(x.abs(), 1), torch.tensor(T).to(x.dtype) / 4) * x.sign()
+        if self.op == "mask_times":  # a mask times a number from sizes (mul.Scalar of a bool tensor)
+            return x * ((x > 0) * (T % 3 + 1)).to(x.dtype)
         raise ValueError(self.op)
 
 
@@ -214,6 +216,8 @@ CASES = [
     _case("size_remainder", lambda: SizeNumbers("remainder"), {"dynamo": "aten_remainder_scalar"}),
     _case("size_bitwise_pow", lambda: SizeNumbers("bitwise"), {"dynamo": "aten_bitwise_xor_scalar"},
           exporters=("dynamo",)),
+    # a bool tensor times a size: torch.export writes mul.Scalar there alone (a float or integer tensor: mul.Tensor)
+    _case("mask_times_size", lambda: SizeNumbers("mask_times"), {"dynamo": "aten_mul_scalar"}),
     # unpatched it exports; wrapped by constant_values, torch.tensor lost the non-strict exporter's tracing of a size
     _case("tensor_of_size", lambda: SizeNumbers("tensor_of_size"), {}),
     # the Python loop over the batch fixes B (docs/models.md, Limits): lengths vary, B does not

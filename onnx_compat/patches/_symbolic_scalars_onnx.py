@@ -5,8 +5,10 @@ ops and the shifts) make the number a constant of the graph (``ir.tensor(other, 
 dynamo exporter a number computed from a dynamic size is a ``SymInt``, handed to the translation as a value of the
 graph, and the export stops: "int() argument must be a string, a bytes-like object or a real number, not
 'SymbolicTensor'" (measured on torch 2.13: ``torch.arange(2 * n) % n`` with ``n = x.shape[1]``; reformer-pytorch's
-bucket arithmetic stops there). ``add``, ``sub``, ``mul``, ``div``, ``fmod`` and the comparisons of a tensor and a
-size export already (torch.export writes them with the ``Tensor`` overload).
+bucket arithmetic stops there), and ``mul`` of a bool tensor by a size (``mask * (T % 3 + 1)``; block attention's
+mask scaled by a size branch's indicator, ``size_branches.py``). ``add``, ``sub``, ``div``, ``fmod``, the
+comparisons and ``mul`` of a float or integer tensor and a size export already (torch.export writes them with the
+``Tensor`` overload).
 
 A Python number goes to torchlib's own translation, unchanged. A value of the graph is cast to the dtype torch
 gives the result (the tensor's; float32 for an integer tensor and a float size; int64 for a bool tensor and an
@@ -19,6 +21,7 @@ from typing import Callable, Dict, Optional, Tuple
 # ATen overload -> (the torchlib translation taking two tensors, which argument is the number)
 _SCALAR_FORMS: Dict[str, Tuple[str, int]] = {
     "remainder.Scalar": ("remainder.Tensor", 1),
+    "mul.Scalar": ("mul.Tensor", 1),
     "remainder.Scalar_Tensor": ("remainder.Tensor", 0),
     "pow.Tensor_Scalar": ("pow.Tensor_Tensor", 1),
     **{f"bitwise_{kind}.Scalar": (f"bitwise_{kind}.Tensor", 1) for kind in ("and", "or", "xor")},

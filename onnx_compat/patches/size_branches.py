@@ -1,4 +1,5 @@
-"""A pad to a multiple behind a branch on the size, padded by zero where the branch is not taken.
+"""A branch on a size whose body only pads, masks and names what it needs, run at every size with its effect
+scaled to nothing where the branch is not taken.
 
 Strided encoders pad the time to a multiple of their stride only when it is not one already, as torchaudio's
 HDemucs does (``torchaudio/models/_hdemucs.py:158``)::
@@ -7,23 +8,33 @@ HDemucs does (``torchaudio/models/_hdemucs.py:158``)::
     if not le % self.stride == 0:
         x = F.pad(x, (0, self.stride - (le % self.stride)))
 
-Both exporters take the example's side of that ``if``: TorchScript freezes it, and dynamo, under torch.onnx
-(which defers an undecided size guard to a runtime assert the ONNX graph leaves out), keeps the pad at every
-length; at a length that is a multiple the graph pads by a whole stride, one frame too many (measured on
-torch 2.13: ``[4, 4, 18]`` in ONNX, ``[4, 4, 17]`` in eager at T=72, stride 4).
+Block attention does the same with more in the body: nystrom-attention names the width and pads its mask too
+(``padding = m - (n % m)``, ``x = F.pad(...)``, ``if exists(mask): mask = F.pad(...)``), transformers' Granite
+speech encoder masks the padded frames of each last block behind a second ``if remainder > 0:``
+(``mask = torch.ones(...)``, ``mask[:remainder, :remainder] = 0``, ``pos_attn[...].masked_fill_(mask, v)``).
+
+Both exporters take the example's side of such an ``if``: TorchScript freezes it, and dynamo, under torch.onnx
+(which defers an undecided size guard to a runtime assert the ONNX graph leaves out), keeps the body at every
+length; at a length that is a multiple the graph pads by a whole block (measured on torch 2.13: ``[4, 4, 18]``
+in ONNX, ``[4, 4, 17]`` in eager at T=72, stride 4) and masks a block eager leaves alone.
 
 While dynamo exports, a branch on a size that the dim's range does not decide, made by the model's own code on
-an ``if`` whose only statement pads the name it assigns (``x = F.pad(x, widths, ...)``, no ``else``), stops the
-capture (``SizeBranch``), which runs again with that ``if`` rewritten (``source_rewrites.py``): the pad made at
-every size, each width times the condition as 1 or 0 in integer arithmetic of the sizes (``a < b`` is
-``min(max(b - a, 0), 1)``; ``torch.sym_ite`` would be the direct form, but its ``ITE`` stops torch's fake
-kernels further on: "KeyError: ITE", HDemucs' encoder). Where the condition is false that pads by zero, no pad at
-all, so the graph computes both sides of the branch. Other size branches are left as they were.
+an ``if`` with no ``else`` whose body is only
+  - pads of a name into itself (``x = F.pad(x, widths, ...)``),
+  - masked fills (``t.masked_fill_(mask, v)``, ``x = x.masked_fill(mask, v)``),
+  - names bound nowhere else in the function (``padding = ...``; items set on them, ``mask[:r, :r] = 0``),
+  - ``if`` statements (on anything: ``exists(mask)``) of the same,
+stops the capture (``SizeBranch``), which runs again with that ``if`` rewritten (``source_rewrites.py``): the
+condition is taken once, before the body, as 1 or 0 in integer arithmetic of the sizes (``a < b`` is
+``min(max(b - a, 0), 1)``; ``torch.sym_ite`` would be the direct form, but its ``ITE`` stops torch's fake kernels
+further on: "KeyError: ITE", HDemucs' encoder), and the body runs at every size with each pad's widths and each
+fill's mask times it. Where the condition is false nothing is padded or filled, and the names it binds are
+read by nothing else, so the graph computes both sides of the branch. Other size branches are left as they were.
 """
 from __future__ import annotations
 
 import ast
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Set
 
 import torch
 
@@ -36,23 +47,102 @@ from . import empty_skips, scan_loops, source_rewrites
 from ._warning_site import model_frame_outside_torch
 
 NAME = "size_branch_pads"
-WIDTHS, INDICATOR = "__onnx_compat_pad_widths__", "__onnx_compat_size_indicator__"
+WIDTHS, INDICATOR, MASKED = "__onnx_compat_pad_widths__", "__onnx_compat_size_indicator__", \
+    "__onnx_compat_masked_where__"
+_FILLS = ("masked_fill", "masked_fill_")
 
 
-def _padded_name(branch: ast.If) -> Optional[str]:
-    """``if c: x = F.pad(x, widths, ...)`` with nothing else: ``x``; else None."""
-    if branch.orelse or len(branch.body) != 1:
-        return None
-    stmt = branch.body[0]
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
-        return None
-    call = stmt.value
+def _called(call) -> Optional[str]:
     func = call.func if isinstance(call, ast.Call) else None
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    if name != "pad" or len(call.args) < 2 or not isinstance(call.args[0], ast.Name) \
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _pad(stmt) -> Optional[ast.Call]:
+    """``x = F.pad(x, widths, ...)``: the call; else None."""
+    call = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+        and isinstance(stmt.targets[0], ast.Name) else None
+    if _called(call) != "pad" or len(call.args) < 2 or not isinstance(call.args[0], ast.Name) \
             or call.args[0].id != stmt.targets[0].id:
         return None
-    return stmt.targets[0].id
+    return call
+
+
+def _fill(stmt) -> Optional[ast.Call]:
+    """``t.masked_fill_(mask, v)`` or ``x = x.masked_fill(mask, v)``: the call; else None."""
+    call = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+    if _called(call) not in _FILLS or not isinstance(call.func, ast.Attribute) \
+            or not (call.args or any(k.arg == "mask" for k in call.keywords)):
+        return None
+    if isinstance(stmt, ast.Expr):
+        return call if call.func.attr == "masked_fill_" else None
+    receiver = call.func.value
+    same = len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and isinstance(receiver, ast.Name) \
+        and receiver.id == stmt.targets[0].id
+    return call if same else None
+
+
+def _stored(node) -> Set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _bound_outside(branch: ast.If, definition) -> Set[str]:
+    """The names the function binds outside ``branch``: its arguments and every other assignment."""
+    if definition is None:
+        return set()
+    inside = {id(n) for n in ast.walk(branch)}
+    names = {n.id for n in ast.walk(definition) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+             and id(n) not in inside}
+    args = definition.args
+    return names | {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg] if a}
+
+
+def _base(target) -> Optional[str]:
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _body_why_not(body: List[ast.stmt], taken: Set[str], fresh: Set[str]) -> Optional[str]:
+    """Why a statement of ``body`` is not a pad, a fill, a new name or an ``if`` of them (``fresh`` gets the new
+    names); None when every one is."""
+    for stmt in body:
+        if _pad(stmt) is not None or _fill(stmt) is not None or isinstance(stmt, ast.Pass):
+            taken |= _stored(stmt)  # a pad's name was bound before it: it pads itself
+            continue
+        if isinstance(stmt, ast.If):
+            why = _body_why_not(stmt.body, taken, fresh) or _body_why_not(stmt.orelse, taken, fresh)
+        elif isinstance(stmt, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in stmt.targets):
+            names = set().union(*map(_stored, stmt.targets))
+            read = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+            bound = names & (taken | read)
+            why = None if not bound else f"it assigns {', '.join(sorted(bound))}, which the function binds " \
+                                         f"elsewhere too"
+            fresh |= names
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _base(stmt.targets[0]) in fresh:
+            why = None
+        else:
+            why = f"line {stmt.lineno} is not a pad, a masked fill, a name bound only there or an if of them"
+        if why:
+            return why
+    return None
+
+
+def _why_not(branch: ast.If, definition=None) -> Optional[str]:
+    if branch.orelse:
+        return "it has an else, whose side would be left out"
+    why = _body_why_not(branch.body, _bound_outside(branch, definition), set())
+    if why:
+        return why
+    if not any(_pad(s) is not None or _fill(s) is not None for s in ast.walk(branch) if isinstance(s, ast.stmt)):
+        return "its body has no pad or masked fill to make nothing where it is not taken"
+    if any(isinstance(n, ast.BoolOp) for n in ast.walk(branch.test)):
+        return "its condition joins conditions with and/or, which Python decides at the example"
+    if any(isinstance(n, ast.Call) for n in ast.walk(branch.test)):
+        return "its condition calls a function, whose value may not be a size"
+    if any(isinstance(n, ast.Compare) and len(n.ops) != 1 or isinstance(n, ast.Compare) and type(n.ops[0]).__name__
+           not in _INDICATORS for n in ast.walk(branch.test)):
+        return "its condition is not comparisons of sizes (==, !=, <, <=, >, >=), one at a time"
+    return None
 
 
 def _less(a, b):
@@ -76,6 +166,11 @@ def indicator(op: str, a, b=0):
 def pad_widths(on, widths):
     """Each width times ``on`` (1 where the branch is taken, 0 where not): no pad where it is not."""
     return tuple(w * on for w in widths)
+
+
+def masked_where(on, mask):
+    """``mask`` where the branch is taken, nowhere where not (``on`` 1 or 0, a size the graph computes)."""
+    return (mask * on).bool()
 
 
 class _Kept(ast.NodeTransformer):
@@ -103,46 +198,41 @@ def _truth(node):
     return ast.Call(ast.Name(INDICATOR, ast.Load()), [ast.Constant("truth"), node], [])
 
 
-def _why_not(branch: ast.If) -> Optional[str]:
-    if _padded_name(branch) is None:
-        return "its body is not one 'x = F.pad(x, widths)' without an else"
-    if any(isinstance(n, ast.BoolOp) for n in ast.walk(branch.test)):
-        return "its condition joins conditions with and/or, which Python decides at the example"
-    if any(isinstance(n, ast.Call) for n in ast.walk(branch.test)):
-        return "its condition calls a function, whose value may not be a size"
-    if any(isinstance(n, ast.Compare) and len(n.ops) != 1 or isinstance(n, ast.Compare) and type(n.ops[0]).__name__
-           not in _INDICATORS for n in ast.walk(branch.test)):
-        return "its condition is not comparisons of sizes (==, !=, <, <=, >, >=), one at a time"
-    return None
-
-
-class _Padded(ast.NodeTransformer):
-    def __init__(self, lines):
-        self.lines, self.done = set(lines), set()
-
-    def visit_If(self, node):
-        self.generic_visit(node)
-        asked = source_rewrites.asked_in(node, self.lines)
-        if not asked or _why_not(node) is not None:
-            return node
-        stmt = node.body[0]
-        call = stmt.value
-        test = _truth(_Kept().visit(node.test))
-        call.args[1] = ast.Call(ast.Name(WIDTHS, ast.Load()), [test, call.args[1]], [])
-        self.done.update(asked)
-        return ast.copy_location(stmt, node)
+def _scaled(body: List[ast.stmt], on: str) -> None:
+    """Each pad's widths and each fill's mask in ``body`` (nested ``if`` too) times the indicator named ``on``."""
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            _scaled(stmt.body, on)
+            _scaled(stmt.orelse, on)
+        elif _pad(stmt) is not None:
+            call = _pad(stmt)
+            call.args[1] = ast.Call(ast.Name(WIDTHS, ast.Load()), [ast.Name(on, ast.Load()), call.args[1]], [])
+        elif _fill(stmt) is not None:
+            call = _fill(stmt)
+            place = [k for k in call.keywords if k.arg == "mask"] or None
+            mask = place[0].value if place else call.args[0]
+            scaled = ast.Call(ast.Name(MASKED, ast.Load()), [ast.Name(on, ast.Load()), mask], [])
+            if place:
+                place[0].value = scaled
+            else:
+                call.args[0] = scaled
 
 
 def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
-    padded = _Padded(lines)
-    padded.visit(definition)
-    branches = {line: source_rewrites.branch_at(definition, line) for line in lines if line not in padded.done}
-    return {line: (_why_not(branch) if branch is not None else None) or "no 'if' on that line"
-            for line, branch in branches.items()}
+    def every_size(branch: ast.If) -> List[ast.stmt]:
+        on = f"__onnx_compat_taken_{branch.lineno}__"
+        _scaled(branch.body, on)
+        taken = ast.Assign([ast.Name(on, ast.Store())], _truth(_Kept().visit(branch.test)))
+        return [ast.copy_location(taken, branch)] + branch.body
+
+    asked = source_rewrites.AskedIfs(lines, lambda branch: _why_not(branch, definition), every_size)
+    asked.visit(definition)
+    return asked.unanswered()
 
 
-RULE = source_rewrites.Rule("pad behind a size branch", SizeBranch, _rewrite, "padded by zero where not taken",
-                            {WIDTHS: pad_widths, INDICATOR: indicator})
+RULE = source_rewrites.Rule("pad or mask behind a size branch", SizeBranch, _rewrite,
+                            "padded and masked by nothing where not taken",
+                            {WIDTHS: pad_widths, INDICATOR: indicator, MASKED: masked_where})
 
 
 def _undecided(value) -> bool:
@@ -161,20 +251,28 @@ def _bool(wrapped, instance, args, kwargs):
     branch = None if tree is None else source_rewrites.branch_at(tree, frame.f_lineno)
     if frame is not None:
         empty_skips.asked_at(instance, branch, frame)  # a skip of an empty selection (its own patch, this hook)
-    if branch is None or _why_not(branch) is not None:
+    if branch is None or _why_not(branch, _definition(tree)) is not None:
         idle(NAME)
         return wrapped(*args, **kwargs)
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     raise SizeBranch(f"{where}: the model branches on the size {instance.node.expr} here, which the exported graph "
-                     f"would take as the example's side at every size; the branch only pads, so it is exported as "
-                     f"that pad made at every size, by zero where the branch is not taken", where,
+                     f"would take as the example's side at every size; the branch only pads or masks, so it is "
+                     f"exported as run at every size, padding and masking nothing where it is not taken", where,
                      frame.f_code.co_name)
+
+
+def _definition(tree):
+    """The function definition of a parsed function's source (the module ``_function_ast`` gives, or itself)."""
+    if isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return tree
+    return next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
 
 register(Patch(
     name=NAME,
-    description="if <size condition>: x = F.pad(x, widths) (a pad to a multiple, HDemucs) exports under dynamo as "
-                "that pad at every size, by zero where the condition is false, not the example's side",
+    description="if <size condition>: x = F.pad(x, widths) / t.masked_fill_(mask, v) (a pad to a multiple and "
+                "its mask: HDemucs, block attention) exports under dynamo as that body at every size, padding and "
+                "masking nothing where the condition is false, not the example's side",
     targets=("torch:SymBool.__bool__",),
     wrapper=_bool,
     when="export",
