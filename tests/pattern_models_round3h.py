@@ -111,12 +111,13 @@ class PaddedBlocks(nn.Module):
     ``if remainder > 0:`` that builds a mask (``mask[:remainder, :remainder] = 0``) and fills the padded scores of
     each sequence's last block. "landmarks": nystrom-attention (``nystrom_attention.py:73-78``): the width named in
     the branch, the frames and their padding mask padded at the front, the mask's pad behind an ``if`` of its own
-    (``if mask is not None:``), then each frame attends to the blocks' masked means (``ceil(n / 4)`` of them)."""
+    (``if mask is not None:``), then each frame attends to the blocks' masked means (``ceil(n / 4)`` of them).
+    ``rounded=True`` spells Granite's remainder ``t - t // 4 * 4``."""
 
-    def __init__(self, form: str = "granite", dim: int = 8):
+    def __init__(self, form: str = "granite", dim: int = 8, rounded: bool = False):
         super().__init__()
         self.qk = nn.Linear(dim, 2 * dim)
-        self.form, self.block = form, 4
+        self.form, self.block, self.rounded = form, 4, rounded
 
     def forward(self, x):  # [B, T, D]
         return self._granite(x) if self.form == "granite" else self._landmarks(x, x[..., 0] > -0.5)
@@ -124,7 +125,7 @@ class PaddedBlocks(nn.Module):
     def _granite(self, x):
         b, t, _ = x.shape
         blocks = math.ceil(t / self.block)
-        remainder = t % self.block
+        remainder = t - t // self.block * self.block if self.rounded else t % self.block
         if remainder > 0:
             x = nn.functional.pad(x, (0, 0, 0, self.block - remainder))
         q, k = self.qk(x).reshape(b * blocks, self.block, -1).chunk(2, dim=-1)

@@ -1,5 +1,6 @@
 """A remainder of a size adds a verification shape where it is zero (``pipeline/size_remainders.py``): a branch on
 ``T % block`` that the example and the three default shapes all take the same way is checked on its other side."""
+import math
 import os
 import re
 
@@ -31,21 +32,23 @@ def _specs():
     return [TensorSpec("x", [b, t, 8])], [TensorSpec("y", [b, t, 8])]
 
 
+@pytest.mark.parametrize("rounded", [False, True], ids=["mod", "rounded"])
 @pytest.mark.parametrize("exporter", EXPORTERS)
-def test_a_branch_on_a_remainder_is_checked_where_the_remainder_is_zero(exporter, tmp_path):
+def test_a_branch_on_a_remainder_is_checked_where_the_remainder_is_zero(exporter, rounded, tmp_path):
     """``PaddedBlocks`` (transformers' Granite speech block attention, reduced). Without the added shape each
     exporter wrote a graph verified at T = 23, 53, 30 that failed at T = 8, 12, 20 (TorchScript: Reshape at run
     time; dynamo: max abs err 1.4). TorchScript's graph holds the example's side and is refused at the multiple;
-    dynamo's holds both sides (``patches/size_branches.py``) and is verified there too."""
+    dynamo's holds both sides (``patches/size_branches.py``) and is verified there too. The remainder spelled
+    ``t - t // 4 * 4`` is found as well."""
     path = str(tmp_path / "m.onnx")
     inputs, outputs = _specs()
     if exporter == "dynamo":
-        report = onnx_compat.export(PaddedBlocks().eval(), path, inputs, outputs, exporter=exporter)
+        report = onnx_compat.export(PaddedBlocks(rounded=rounded).eval(), path, inputs, outputs, exporter=exporter)
         times = [c["sizes"]["time"] for c in report.verification]
         assert len(times) == 4 and times[-1] % BLOCK == 0 and all(c["ok"] for c in report.verification), times
         return
     with pytest.raises(onnx_compat.ExportError) as refused:
-        onnx_compat.export(PaddedBlocks().eval(), path, inputs, outputs, exporter=exporter)
+        onnx_compat.export(PaddedBlocks(rounded=rounded).eval(), path, inputs, outputs, exporter=exporter)
     sizes = re.search(r"at sizes \{'batch': \d+, 'time': (\d+)\}", str(refused.value))
     assert sizes and int(sizes.group(1)) % BLOCK == 0, str(refused.value)[:600]
     assert not os.path.exists(path)
@@ -73,3 +76,44 @@ def test_verify_by_hand_adds_the_shape_from_the_graph(tmp_path):
     results = onnx_compat.verify(proto, model, inputs, outputs, raise_on_failure=False)
     assert [r.ok for r in results] == [True, True, True, False], results
     assert results[-1].sizes["time"] % BLOCK == 0
+
+
+class RoundedUp(nn.Module):
+    """The frames padded up to a multiple of 4 by ``math.ceil(t / 4) * 4`` ("ceil") or ``-(-t // 4) * 4``."""
+
+    def __init__(self, form="ceil"):
+        super().__init__()
+        self.form = form
+
+    def forward(self, x):
+        t = x.shape[1]
+        padded = math.ceil(t / BLOCK) * BLOCK if self.form == "ceil" else t // BLOCK * BLOCK
+        return F.pad(x, (0, 0, 0, padded - t)) if self.form == "ceil" else x[:, :padded] * 2
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="no dynamo exporter here")
+@pytest.mark.parametrize("form", ["ceil", "floor"])
+def test_a_size_rounded_to_a_multiple_names_its_divisor_in_the_graph(form):
+    """Dynamo writes ``math.ceil(t / 4) * 4`` as ``Mul(Cast(Ceil(Div(Cast(size), 4))), 4)`` and ``t // 4 * 4`` as
+    ``Mul(Div(size, 4), 4)``: both are the size's remainder by 4 in other spellings; ``size * 4 / 4`` is not."""
+    import io
+    import onnx
+    from onnx_compat.pipeline import size_remainders
+    buf = io.BytesIO()
+    torch.onnx.export(RoundedUp(form), (torch.randn(2, 37, 3),), buf, dynamo=True,
+                      dynamic_shapes=({0: torch.export.Dim("b"), 1: torch.export.Dim("t")},))
+    assert size_remainders.divisors_in_graph(onnx.load_from_string(buf.getvalue())) == [BLOCK]
+
+
+def test_a_float_quotient_multiplied_back_is_no_remainder():
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx_compat.pipeline import size_remainders
+    four = helper.make_tensor("four", TensorProto.FLOAT, [], [4.0])
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["f"], to=1),
+                               helper.make_node("Div", ["f", "four"], ["q"]),
+                               helper.make_node("Mul", ["q", "four"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["t"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], [four])
+    assert size_remainders.divisors_in_graph(helper.make_model(graph)) == []
+    onnx.checker.check_model(helper.make_model(graph))

@@ -21,6 +21,9 @@ _REMAINDERS = ("aten::remainder", "aten::fmod")
 _SIZE_ARITHMETIC = ("aten::add", "aten::sub", "aten::mul", "aten::floor_divide", "aten::div", "aten::neg",
                     "aten::Int", "aten::ScalarImplicit", "prim::NumToTensor", "aten::to", "aten::detach")
 _MOST = 2  # extra verification shapes at most: one per divisor, the first found
+# a size as it is read, no arithmetic: a size rounded to a multiple counts only then (``T // c * c``), not where a
+# width is rounded (``(k - 1 + T) // 2 * 2``, "same" padding: zoo models at every length)
+_SIZE_READS = ("prim::NumToTensor", "aten::Int", "aten::ScalarImplicit", "aten::to", "aten::detach")
 
 
 @contextlib.contextmanager
@@ -38,26 +41,45 @@ def recorded(graph_module, found: List[int]) -> Iterator[None]:
 
 
 def divisors(graph) -> List[int]:
-    """The constant divisors ``c > 1`` of ``aten::remainder``/``aten::fmod`` nodes whose dividend is a size."""
+    """The constant divisors ``c > 1`` of the remainders of sizes in a TorchScript graph: ``aten::remainder`` /
+    ``aten::fmod`` of a size by ``c``, or a size rounded down to a multiple of ``c`` (``T // c * c``, the
+    remainder in another spelling: ``if T // c * c != T:``)."""
     found = []
     for node in graph.nodes():
-        if node.kind() not in _REMAINDERS:
-            continue
-        dividend, divisor = list(node.inputs())[:2]
-        c = _constant_int(divisor)
-        if c is not None and c > 1 and _from_a_size(dividend) and c not in found:
+        c = _remainder_divisor(node) if node.kind() in _REMAINDERS else \
+            _rounded_divisor(node) if node.kind() == "aten::mul" else None
+        if c is not None and c > 1 and c not in found:
             found.append(c)
     return found
 
 
-# what a size passes through in an ONNX graph on its way to a ``Mod``
-_ONNX_SIZE_ARITHMETIC = ("Gather", "Squeeze", "Unsqueeze", "Cast", "Add", "Sub", "Mul", "Div", "Max", "Min", "Reshape",
-                         "Identity", "Slice", "Concat", "Ceil", "Floor", "Neg")
+def _remainder_divisor(node) -> Optional[int]:
+    dividend, divisor = list(node.inputs())[:2]
+    return _constant_int(divisor) if _from_a_size(dividend) else None
+
+
+def _rounded_divisor(node) -> Optional[int]:
+    """``c`` of ``aten::mul(aten::floor_divide(size, c), c)`` (either operand order), else None."""
+    a, b = list(node.inputs())[:2]
+    for quotient, factor in ((a, b), (b, a)):
+        c = _constant_int(factor)
+        inner = quotient.node()
+        if c is not None and inner.kind() == "aten::floor_divide":
+            dividend, divisor = list(inner.inputs())[:2]
+            if _constant_int(divisor) == c and _from_a_size(dividend, _SIZE_READS):
+                return c
+    return None
+
+
+# what a size passes through in an ONNX graph on its way to a ``Mod``; to a rounding, only its reads
+_ONNX_SIZE_READS = ("Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "Identity", "Slice", "Concat")
+_ONNX_SIZE_ARITHMETIC = _ONNX_SIZE_READS + ("Add", "Sub", "Mul", "Div", "Max", "Min", "Ceil", "Floor", "Neg")
 
 
 def divisors_in_graph(proto) -> List[int]:
     """The same in an exported ONNX graph (dynamo keeps a remainder of a size as a ``Mod`` of a ``Shape``):
-    the constant divisors ``c > 1`` of ``Mod`` nodes whose dividend is computed from a ``Shape``."""
+    the constant divisors ``c > 1`` of ``Mod`` nodes whose dividend is computed from a ``Shape``, and of a size
+    rounded to a multiple (``_onnx_rounded``)."""
     import onnx
     from onnx import numpy_helper
     constants = {t.name: t for t in proto.graph.initializer}
@@ -67,26 +89,47 @@ def divisors_in_graph(proto) -> List[int]:
             made[out] = node
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
             constants[node.output[0]] = node.attribute[0].t
+    def number(name) -> Optional[float]:
+        value = numpy_helper.to_array(constants[name]) if name in constants else None
+        return None if value is None or value.size != 1 else float(value.reshape(-1)[0])
+
     found = []
     for node in proto.graph.node:
-        if node.op_type != "Mod" or len(node.input) < 2 or node.input[1] not in constants:
+        if node.op_type == "Mod" and len(node.input) == 2 and _onnx_from_a_shape(node.input[0], made, 12):
+            c = number(node.input[1])
+        elif node.op_type == "Mul" and len(node.input) == 2:
+            c = _onnx_rounded(node, made, number)
+        else:
             continue
-        value = numpy_helper.to_array(constants[node.input[1]])
-        if value.size != 1 or value.dtype.kind not in "iu":
-            continue
-        c = int(value.reshape(-1)[0])
-        if c > 1 and c not in found and _onnx_from_a_shape(node.input[0], made, 12):
-            found.append(c)
+        if c is not None and c == int(c) and c > 1 and int(c) not in found:
+            found.append(int(c))
     return found
 
 
-def _onnx_from_a_shape(name: str, made: dict, depth: int) -> bool:
+def _onnx_rounded(node, made: dict, number) -> Optional[float]:
+    """``c`` of a size rounded to a multiple of ``c``: ``Mul(Div(size, c), c)`` (an integer ``Div`` rounds down:
+    ``T // c * c``), a ``Floor``/``Ceil`` and ``Cast`` between them (``math.ceil(T / c) * c``); else None."""
+    for quotient, factor in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
+        c, inner, rounded = number(factor), made.get(quotient), False
+        while inner is not None and inner.op_type in ("Cast", "Ceil", "Floor"):
+            rounded |= inner.op_type != "Cast"
+            inner = made.get(inner.input[0])
+        if c is None or inner is None or inner.op_type != "Div" or number(inner.input[1]) != c:
+            continue
+        # without Floor/Ceil only an integer Div rounds: one whose size was not cast to a float first
+        if (rounded or getattr(made.get(inner.input[0]), "op_type", None) != "Cast") \
+                and _onnx_from_a_shape(inner.input[0], made, 12, _ONNX_SIZE_READS):
+            return c
+    return None
+
+
+def _onnx_from_a_shape(name: str, made: dict, depth: int, through=_ONNX_SIZE_ARITHMETIC) -> bool:
     node = made.get(name)
     if node is None or depth == 0:
         return False
     if node.op_type == "Shape":
         return True
-    return node.op_type in _ONNX_SIZE_ARITHMETIC and any(_onnx_from_a_shape(i, made, depth - 1) for i in node.input)
+    return node.op_type in through and any(_onnx_from_a_shape(i, made, depth - 1, through) for i in node.input)
 
 
 def _constant_int(value) -> Optional[int]:
@@ -104,14 +147,14 @@ def _constant_int(value) -> Optional[int]:
     return None
 
 
-def _from_a_size(value, depth: int = 12) -> bool:
-    """``value`` is computed from a tensor's size by scalar arithmetic (at most ``depth`` steps back)."""
+def _from_a_size(value, through=_SIZE_ARITHMETIC, depth: int = 12) -> bool:
+    """``value`` is computed from a tensor's size by the ops ``through`` (at most ``depth`` steps back)."""
     node = value.node()
     if node.kind() == "aten::size":
         return True
-    if depth == 0 or node.kind() not in _SIZE_ARITHMETIC:
+    if depth == 0 or node.kind() not in through:
         return False
-    return any(_from_a_size(v, depth - 1) for v in node.inputs())
+    return any(_from_a_size(v, through, depth - 1) for v in node.inputs())
 
 
 def shapes(inputs: Sequence[TensorSpec], example: Dict[str, int], found: Sequence[int]) -> Optional[List[Dict[str, int]]]:
