@@ -164,6 +164,17 @@ class SplitBySize(nn.Module):
         return torch.cat([second.flip(1) * 2, first.cumsum(1)], dim=-1)
 
 
+class MovedAxes(nn.Module):
+    """Features cut into 2 x 4 and axes moved by negative numbers, as transformers' Gemma 3n audio encoder moves
+    its unfolded frame axis (``torch.movedim(x_unfolded, source=-1, destination=2)``), then permuted."""
+
+    def forward(self, x):  # [B, T, 8]
+        y = x.reshape(x.shape[0], x.shape[1], 2, 4)
+        z = torch.movedim(y, -1, 1)  # [B, 4, T, 2]
+        w = y.moveaxis((-1, -2), (0, 1))  # [4, 2, B, T]
+        return z.permute(0, 2, 3, 1).flatten(2) * 2 + w.permute(2, 3, 1, 0).flatten(2).cumsum(1)
+
+
 def _no_rms_norm(exporter):
     return None if hasattr(nn, "RMSNorm") else f"torch {torch.__version__} has no nn.RMSNorm"
 
@@ -218,6 +229,8 @@ CASES = [
           exporters=("dynamo",)),
     # a bool tensor times a size: torch.export writes mul.Scalar there alone (a float or integer tensor: mul.Tensor)
     _case("mask_times_size", lambda: SizeNumbers("mask_times"), {"dynamo": "aten_mul_scalar"}),
+    # TorchScript's movedim writes a negative source into the Transpose's perm (dynamo counts it from the front)
+    _case("movedim_negative", MovedAxes, {"torchscript": "Invalid attribute perm"}),
     # unpatched it exports; wrapped by constant_values, torch.tensor lost the non-strict exporter's tracing of a size
     _case("tensor_of_size", lambda: SizeNumbers("tensor_of_size"), {}),
     # the Python loop over the batch fixes B (docs/models.md, Limits): lengths vary, B does not

@@ -14,6 +14,12 @@ exporter writes an ``EyeLike`` with a bool output, which ONNX Runtime does
 not implement ("Could not find an implementation for EyeLike(9)"). Made as
 float and cast, which it does.
 
+``torch.movedim(x, -1, 2)`` (transformers' Gemma 3n audio encoder moves the unfolded frame axis so): the
+TorchScript exporter's ``movedim`` puts a negative source into the ``Transpose``'s perm as it is (torch 2.13:
+``perm=[0, 2, 1, 3, -1]``, which ONNX Runtime refuses), and its peephole pass, composing that ``Transpose`` with
+the next, reads past the perm (``[0, 3, 1, 49, 2]`` there). Source and destination are given to it counted from
+the front.
+
 ``as_strided`` framing (``x.as_strided((B, frames, win), (T, hop, 1))``):
 the TorchScript exporter needs every size and stride as a constant ("Failed
 to export a node ... because it is not constant"). For a tensor that owns its
@@ -85,6 +91,24 @@ def _eye(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     made = dict(kwargs, dtype=torch.float32)
     return wrapped(*args, **made).to(torch.bool)
+
+
+def _from_front(dims, rank: int):
+    """``dims`` (an int or a sequence of them) with each negative one counted from the front."""
+    if isinstance(dims, int):
+        return dims % rank if -rank <= dims < 0 else dims
+    if isinstance(dims, (list, tuple)) and all(isinstance(d, int) for d in dims):
+        return type(dims)(_from_front(d, rank) for d in dims)
+    return dims
+
+
+def _movedim(wrapped, instance, args, kwargs):
+    b = tensor_call(instance, args, kwargs, ("input", "source", "destination"))
+    if b is None or not isinstance(b["input"], torch.Tensor):
+        return wrapped(*args, **kwargs)
+    rank = b["input"].dim()
+    return wrapped(b["input"], _from_front(b["source"], rank), _from_front(b["destination"], rank)) \
+        if instance is None else wrapped(_from_front(b["source"], rank), _from_front(b["destination"], rank))
 
 
 def as_strided(x: torch.Tensor, size, stride, storage_offset=None) -> torch.Tensor:
@@ -182,6 +206,16 @@ register(Patch(
     description="torch.eye(..., dtype=torch.bool) is made as float and cast: ONNX Runtime has no bool EyeLike",
     targets=("torch:eye",),
     wrapper=_eye,
+    when="torchscript",
+))
+
+register(Patch(
+    name="movedim_from_front",
+    description="torch.movedim / moveaxis with a negative source (x.movedim(-1, 2)) exports under TorchScript: "
+                "its Transpose got the -1 in its perm (ONNX Runtime refuses it; composed with the next Transpose, "
+                "a perm index read past the end)",
+    targets=("torch:movedim", "torch:Tensor.movedim", "torch:moveaxis", "torch:Tensor.moveaxis"),
+    wrapper=_movedim,
     when="torchscript",
 ))
 
