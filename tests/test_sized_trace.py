@@ -8,7 +8,7 @@ import torch
 
 import onnx_compat
 from onnx_compat import Dim, TensorSpec
-from onnx_compat.models.loop_cases import SteppedCell
+from onnx_compat.models.loop_cases import SteppedCell, TimeFirstCell
 from onnx_compat.pipeline import capture
 
 from helpers import HAS_DYNAMO
@@ -58,6 +58,17 @@ def test_a_trace_sized_by_the_example_goes_to_dynamo_unconverted(tmp_path, conve
     assert "depends on the example's sizes" in first.error and _loop_line(SteppedCell) in first.error, first.error
     assert conversions == [], "the unrolled trace was converted to ONNX all the same"
     assert {c["sizes"]["time"] for c in report.verification} >= {23, 53}, report.verification
+
+
+def test_a_time_first_loop_is_put_off_too(tmp_path, conversions):
+    """``for x_t in x`` over ``[T, B, F]`` loops over axis 0: the second trace varies that axis as well."""
+    t, b = Dim("time"), Dim("batch")
+    inputs, outputs = [TensorSpec("x", [t, b, 4])], [TensorSpec("y", [t, b, 6])]
+    report = onnx_compat.export(TimeFirstCell().eval(), str(tmp_path / "m.onnx"), inputs, outputs, exporter="auto")
+    assert report.exporter == "dynamo" and "put off, not converted" in report.why, report.summary()
+    assert _loop_line(TimeFirstCell) in report.attempts[0].error, report.attempts[0].error
+    assert conversions == [], "the unrolled trace was converted to ONNX all the same"
+    assert len({c["sizes"]["time"] for c in report.verification}) == 3, report.verification
 
 
 def test_torchscript_comes_back_in_full_when_dynamo_does_not_verify(tmp_path, conversions, monkeypatch):

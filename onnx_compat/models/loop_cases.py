@@ -36,3 +36,15 @@ class UnboundGRU(nn.Module):
             h = self.cell(x_t, h)
             ys.append(h)
         return torch.stack(ys, 1), h
+
+
+class TimeFirstCell(SteppedCell):
+    """The same tanh cell over a time-first input, ``for x_t in x`` (x [T, B, 4] -> [T, B, 6]), as spiking-network
+    and state-space code steps it: the loop runs over axis 0."""
+
+    def forward(self, x):
+        h, ys = x.new_zeros(x.shape[1], self.hidden), []
+        for x_t in x:
+            h = torch.tanh(self.inp(x_t) + self.rec(h))
+            ys.append(h)
+        return torch.stack(ys, 0)

@@ -6,7 +6,7 @@ the ONNX conversion of the unrolled trace, its cleanup and the verification that
 ``export(auto)``'s 11.7 s on a small cell stepped over 37 frames, before dynamo, which writes the loop as a
 ``Scan``, was tried. The tracer says so as it goes: a size turned into a Python index or number on a loop's
 line, or iteration over a tensor (TracerWarnings at the model's line). Only then is the model traced once more, with each dynamic
-dim past the batch one step longer, and the two traces compared op by op (dead ops left out): if they differ,
+dim one step longer, and the two traces compared op by op (dead ops left out): if they differ,
 the graph traced at the example cannot stand for other sizes, and the attempt stops there with the line. It is
 not given up: the pipeline tries dynamo first and comes back to TorchScript in full if dynamo does not verify
 (``pipeline._first_verified``), so no graph ``auto`` verified before is lost.
@@ -70,13 +70,15 @@ def each_trace(graph_module, traced: Callable) -> Iterator[None]:
 
 
 def _longer_sizes(inputs: Sequence[TensorSpec], args: Sequence[torch.Tensor]) -> Optional[Dict[str, int]]:
-    """The example's sizes with each dynamic dim past the batch (axis 0) one step longer (a step of its
-    ``multiple``; shorter where its maximum is reached), or None when no such dim can change."""
+    """The example's sizes with each dynamic dim one step longer (a step of its ``multiple``; shorter where its
+    maximum is reached), or None when none can change. The first axis too: a time-first loop (``for x_t in x``
+    over ``[T, B, F]``) steps over axis 0, and a loop over the batch unrolled at the example's batch is as wrong
+    at another batch as one over time is at another length."""
     example = example_sizes(inputs, dict(zip(dims.onnx_names(inputs), args)))
     longer, changed = dict(example), False
     for spec in inputs:
         for axis, dim in spec.dynamic_axes().items():
-            if axis == 0 or longer[dim.name] != example[dim.name]:
+            if longer[dim.name] != example[dim.name]:
                 continue
             longer[dim.name] = _other_size(dim, example[dim.name])
             changed |= longer[dim.name] != example[dim.name]
