@@ -117,3 +117,18 @@ def test_a_float_quotient_multiplied_back_is_no_remainder():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], [four])
     assert size_remainders.divisors_in_graph(helper.make_model(graph)) == []
     onnx.checker.check_model(helper.make_model(graph))
+
+
+class ComplexScaled(nn.Module):
+    """A product with a complex constant beside a size (a phase turned into a spectrum): no divisor, no error."""
+
+    def forward(self, x):
+        spectrum = torch.polar(torch.ones_like(x), x) * (1j * x.shape[1])
+        return torch.view_as_real(spectrum).sum(-1)
+
+
+def test_a_complex_constant_is_no_divisor():
+    from onnx_compat.pipeline import size_remainders
+    graph = torch.jit.trace(ComplexScaled(), (torch.randn(2, 8),)).graph
+    assert any(n.kind() == "aten::mul" for n in graph.nodes())
+    assert size_remainders.divisors(graph) == []

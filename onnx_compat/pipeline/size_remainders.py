@@ -91,7 +91,9 @@ def divisors_in_graph(proto) -> List[int]:
             constants[node.output[0]] = node.attribute[0].t
     def number(name) -> Optional[float]:
         value = numpy_helper.to_array(constants[name]) if name in constants else None
-        return None if value is None or value.size != 1 else float(value.reshape(-1)[0])
+        if value is None or value.size != 1 or value.dtype.kind not in "biuf":
+            return None
+        return float(value.reshape(-1)[0])
 
     found = []
     for node in proto.graph.node:
@@ -143,7 +145,8 @@ def _constant_int(value) -> Optional[int]:
         return node.i("value")
     if kind == "t":
         t = node.t("value")
-        return int(t.item()) if t.numel() == 1 and not t.dtype.is_floating_point else None
+        # an integer only: a float or complex constant (``x * 1j``, a spectrum's phase) is no divisor
+        return int(t.item()) if t.numel() == 1 and not (t.dtype.is_floating_point or t.dtype.is_complex) else None
     return None
 
 
