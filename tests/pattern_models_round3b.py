@@ -70,18 +70,27 @@ class ChunkedFeedForward(nn.Module):
     """A position-wise feed-forward run chunk by chunk to save memory, as reformer-pytorch's ``Chunk`` runs it:
     ``torch.cat([ff(c) for c in x.chunk(n, dim=1)], dim=1)``; the count of pieces, ``ceil(T / ceil(T / n))``,
     depends on the length (37 frames in 100 chunks: 37 pieces). ``carried``: a running sum carried from chunk to
-    chunk, as performer-pytorch's causal linear attention carries its prefix sums."""
+    chunk, as performer-pytorch's causal linear attention carries its prefix sums. ``stepped``: a state stepped
+    once per chunk, as a block-recurrent transformer steps its memory: the cut is the model's, not only memory's."""
 
-    def __init__(self, chunks: int = 100, carried: bool = False):
+    def __init__(self, chunks: int = 100, carried: bool = False, stepped: bool = False, bounded: bool = False):
         super().__init__()
-        self.chunks, self.carried = chunks, carried
+        self.chunks, self.carried, self.stepped, self.bounded = chunks, carried, stepped, bounded
         self.ff = nn.Linear(8, 8)
 
     def forward(self, x):
+        if self.stepped:
+            state, outs = x.new_zeros(x.shape[0], 1, 8), []
+            for piece in x.chunk(self.chunks, dim=1):
+                y = self.ff(piece) + state
+                state = torch.tanh(y.mean(1, keepdim=True))
+                outs.append(y)
+            return torch.cat(outs, dim=1)
         if not self.carried:
             return torch.cat([self.ff(c) for c in x.chunk(self.chunks, dim=1)], dim=1)
         last, outs = 0, []  # a running sum carried from chunk to chunk (performer-pytorch's causal linear attention)
         for c in x.chunk(self.chunks, dim=1):
+            assert not self.bounded or c.shape[1] <= 8  # ``bounded``: pieces of 8 frames at most, the model says
             total = last + self.ff(c).cumsum(1)
             last = total[:, -1:]
             outs.append(total)

@@ -8,7 +8,7 @@ import torch
 import onnx_compat
 from onnx_compat.testing import bare_onnx as export_bare, patch_case_tests
 
-from helpers import EXPORTERS, pattern_cases
+from helpers import EXPORTERS, line_of, pattern_cases
 from pattern_models_round3 import (AtMostThree, BuiltinReduction, GroupsFromShape, LenAsBatch, PoolKeepsAnAxis,
                                    LenOfBuffer, PackedForms, RotaryEncoder, SortedPacked)
 
@@ -254,36 +254,76 @@ def test_pieces_of_a_dynamic_dim_used_as_a_tuple_are_refused_naming_the_line():
     assert "a multiple of 16" in text and "Dim(..., multiple=16)" in text, text
 
 
-@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
-@pytest.mark.parametrize("carried,chunks,found", [(False, 100, "'y' dim 1 ('time') was requested dynamic but is 37"),
-                                                  (True, 10, "Invalid sequence index (9)")], ids=["per_chunk", "carried"])
-def test_chunks_whose_count_depends_on_the_length_are_named_when_the_graph_holds_the_example(tmp_path, carried, chunks,
-                                                                                              found, monkeypatch):
-    """``[ff(c) for c in x.chunk(100, dim=1)]``: dynamo unrolls the example's 37 pieces, so the output's frames come
-    out 37 (its time declared); with a sum carried across ``x.chunk(10, dim=1)`` and the output's time left to the
-    model, the graph reads piece 9 of the 8 there are at T=23. The error names the chunk's line and the length rule
-    that makes the count fixed at every size (before: only that the dim was a number, or the runtime's index
-    error)."""
-    import inspect
+def _chunked_export(model, path, exporter="dynamo"):
     from onnx_compat import Dim, TensorSpec
-    lines, start = inspect.getsourcelines(ChunkedFeedForward.forward)
-    line = start + next(i for i, text in enumerate(lines) if "x.chunk(" in text)
     b, t = Dim("batch"), Dim("time")
+    return onnx_compat.export(model, str(path), [TensorSpec("x", [b, t, 8])], [TensorSpec("y", [b, t, 8])],
+                              exporter=exporter)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+@pytest.mark.parametrize("carried,chunks", [(False, 100), (True, 10)], ids=["per_chunk", "carried"])
+def test_a_loop_over_chunks_that_only_save_memory_runs_as_one_step(tmp_path, carried, chunks):
+    """``[ff(c) for c in x.chunk(100, dim=1)]`` (reformer-pytorch's chunked feed-forward) and a sum carried across
+    ``x.chunk(10, dim=1)`` (performer-pytorch's causal prefix sums): patched dynamo unrolls the example's pieces
+    (37 frames, 37 and 10 pieces) and fails; the model computes the same over one piece, so the loop is one step
+    and the graph is right at every length, checked here against the unpatched model at lengths the export never
+    saw (1, 101, 250: more pieces and fewer than the example)."""
+    from helpers import assert_matches
+    model = ChunkedFeedForward(chunks, carried=carried).eval()
+    report = _chunked_export(model, tmp_path / "m.onnx")
+    used = next(a for a in report.attempts if a.ok)
+    assert used.strategy == "dynamo, chunk loops as one step", report.summary()
+    loop = "for c in x.chunk(self.chunks, dim=1):" if carried else "[self.ff(c) for c"
+    line = line_of(ChunkedFeedForward.forward, loop)
+    assert any(f"pattern_models_round3b.py:{line}" in text for text in used.assumed), used.assumed
+    import onnx
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    for b, t in ((1, 1), (3, 101), (2, 250)):
+        x = torch.randn(b, t, 8, generator=torch.Generator().manual_seed(t))
+        assert_matches(proto, model, x)
+
+
+@pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
+def test_chunks_a_state_steps_through_are_the_models_and_stay_refused(tmp_path, monkeypatch):
+    """A state stepped once per piece of ``x.chunk(10, dim=1)`` (a block-recurrent memory): one piece changes the
+    output, so the count of pieces is the model's; dynamo's error names the chunk's line and the length rule, the
+    attempt that would run the loop as one step says the cut is the model's. (TorchScript, which ``auto`` tries
+    first, writes a slice per piece sized from the length and verifies it.)"""
     import onnx_compat.api  # no per-module culprit search: an export per module, which names no chunk
     monkeypatch.setattr(onnx_compat.api, "culprit_of_failure", lambda *args, **kwargs: None)
+    line = line_of(ChunkedFeedForward.forward, "for piece in x.chunk(")
     with pytest.raises(onnx_compat.ExportError) as raised:
-        onnx_compat.export(ChunkedFeedForward(chunks, carried=carried).eval(), str(tmp_path / "m.onnx"),
-                           [TensorSpec("x", [b, t, 8])], [TensorSpec("y", [b, None if carried else t, 8])],
-                           exporter="dynamo")
+        _chunked_export(ChunkedFeedForward(10, stepped=True).eval(), tmp_path / "m.onnx")
     text = str(raised.value)
-    assert found in text, text
-    if not carried:
-        assert f"pattern_models_round3b.py:{line}: x.chunk({chunks}, dim=1)" in text, text
-    else:  # the loop's own chunk call
-        carried_line = start + next(i for i, text in enumerate(lines) if text.strip().startswith("for c in x.chunk("))
-        assert f"pattern_models_round3b.py:{carried_line}: x.chunk({chunks}, dim=1)" in text, text
-    assert f"Dim(..., multiple={chunks})" in text, text
+    assert f"pattern_models_round3b.py:{line}: x.chunk(10, dim=1)" in text, text
+    assert "Dim(..., multiple=10)" in text, text
+    assert f"pattern_models_round3b.py:{line}: the loop over these pieces of a dynamic dim is not a cut that only " \
+           f"saves memory" in text, text
     assert not (tmp_path / "m.onnx").exists()
+    report = _chunked_export(ChunkedFeedForward(10, stepped=True).eval(), tmp_path / "m.onnx", exporter="auto")
+    assert report.exporter == "torchscript" and all(c["ok"] for c in report.verification)
+
+
+def test_the_eager_check_of_a_whole_cut_says_why_not():
+    """``check_whole`` passes a cut that only saves memory, names the site of one that matters (its output changes,
+    or the model's own assert on a piece's size stops it), and will not judge a cut the example makes into one
+    piece."""
+    from onnx_compat.errors import UnsupportedPattern
+    from onnx_compat.patches.memory_chunks import check_whole
+    where = ChunkedFeedForward.forward.__code__.co_filename
+    site = f"{where}:{line_of(ChunkedFeedForward.forward, '[self.ff(c) for c')}"
+    x = torch.randn(2, 37, 8)
+    assert "taken as one" in check_whole(ChunkedFeedForward(100).eval(), (x,), [site])
+    stepped = f"{where}:{line_of(ChunkedFeedForward.forward, 'for piece in x.chunk(')}"
+    with pytest.raises(UnsupportedPattern, match="not a cut that only saves memory"):
+        check_whole(ChunkedFeedForward(10, stepped=True).eval(), (x,), [stepped])
+    with pytest.raises(UnsupportedPattern, match=r"cuts this dim into 1 piece\(s\), too few"):
+        check_whole(ChunkedFeedForward(10, stepped=True).eval(), (x[:, :1],), [stepped])
+    carried = f"{where}:{line_of(ChunkedFeedForward.forward, 'for c in x.chunk(self.chunks, dim=1):')}"
+    assert_at = f"{where}:{line_of(ChunkedFeedForward.forward, 'assert not self.bounded')}"
+    with pytest.raises(UnsupportedPattern, match=f"the model's eager run stops \\(AssertionError at {assert_at}\\)"):
+        check_whole(ChunkedFeedForward(10, carried=True, bounded=True).eval(), (x,), [carried])
 
 
 @pytest.mark.parametrize("dim,stack_dim", [(1, 1), (1, 0), (-1, -1), (2, 3), (0, 2)])

@@ -25,6 +25,7 @@ import torch
 from onnx_compat.patches.patch import Patch, idle
 from onnx_compat.patches.registry import register
 from onnx_compat.patches.when import dynamo_exporting
+from . import memory_chunks
 from ._calls import tensor_call
 from .recurrent import _refuse  # remembered: torch.onnx.export retries, then it is raised again
 
@@ -67,7 +68,10 @@ class Pieces:
         if self._pieces is None:
             length = self.x.shape[self.dim]
             if dynamo_exporting() and _is_dynamic(length):
-                _refuse(
+                if memory_chunks.whole_here(self.where):  # a cut that only saves memory: one piece
+                    self._pieces = (self.x,)
+                    return self._pieces
+                _refuse_counted(
                     f"{self.where}: {self.said} of a dynamic dim ({length}) used as a Python tuple (other than "
                     f"indexed by the step of a loop run as a scan): its count ceil(T / {self.size}) is a number only "
                     f"at the example. Stack the pieces "
@@ -166,6 +170,8 @@ def _even_chunks(wrapped, args, kwargs, x: torch.Tensor, chunks: int, dim: int, 
     if chunks < 1 or not _is_dynamic(size):
         return wrapped(*args, **kwargs)
     if not _divides(size, chunks):
+        if chunks > 1 and memory_chunks.whole_here(where):  # a cut that only saves memory: one piece
+            return (x,)
         if _counted is not None and chunks > 1:
             _counted.append(f"{where}: x.chunk({chunks}, dim={dim}) cuts a dynamic dim into ceil(T / ceil(T / "
                             f"{chunks})) pieces, a count that depends on the length, which dynamo made the example's "
@@ -192,6 +198,13 @@ def counted_chunks(found: List[str]):
         yield found
     finally:
         _counted = outer
+
+
+def _refuse_counted(message: str):
+    """Refused, and counted: the capture's strategy that takes cuts whole (``memory_chunks``) is tried after it."""
+    if _counted is not None:
+        _counted.append(message)
+    _refuse(message)
 
 
 def _divides(size, chunks: int) -> bool:

@@ -89,6 +89,8 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
         if not strategy.patches and (_nothing_to_set_aside(strategy, report.attempts)
                                      or refused_on_purpose(strategy, report.attempts, errors)):
             continue
+        if not getattr(strategy, "wanted", lambda attempts: True)(report.attempts):
+            continue
         t0, record = time.perf_counter(), Attempt(strategy.name, False, strategy=strategy.label,
                                                   patched=strategy.patches)
         try:
