@@ -100,10 +100,7 @@ def check_whole(model: torch.nn.Module, args, sites: Sequence[str]) -> str:
     try:
         whole = _run(model, args, _Cuts(sites, whole=True))
     except Exception as exc:  # noqa: BLE001 - the model's own refusal (an assert on a piece's size), named
-        raise UnsupportedPattern(
-            f"{', '.join(sites)}: with these pieces of a dynamic dim as one, the model's eager run stops "
-            f"({type(exc).__name__}{': ' + str(exc) if str(exc) else ''} at {_last_line(exc)}): the cut is the "
-            f"model's, not only memory's") from exc
+        raise stopped(sites, exc, "the model's eager run stops") from exc
     few = {s: cut.pieces.get(s, 0) for s in sites if cut.pieces.get(s, 0) < 2}
     if few:
         raise UnsupportedPattern(
@@ -119,6 +116,16 @@ def check_whole(model: torch.nn.Module, args, sites: Sequence[str]) -> str:
             f"on the length, is the model's; pad the length to a multiple of the piece in the model, or declare it "
             f"one (Dim(..., multiple=...))")
     return f"the pieces cut at {', '.join(sites)} taken as one (the eager output at the example {worst:.2g} off)"
+
+
+def stopped(sites: Sequence[str], exc: BaseException, how: str) -> UnsupportedPattern:
+    """The refusal of a model that stops with its pieces at ``sites`` as one (``how``: in the capture, or its eager
+    run): the innermost error and the line that raised it (an assert on a piece's size says nothing else)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    said = f"{type(exc).__name__}{': ' + str(exc).splitlines()[0] if str(exc).strip() else ''}"
+    return UnsupportedPattern(f"{', '.join(sites)}: with these pieces of a dynamic dim as one, {how} ({said} at "
+                              f"{_last_line(exc)}): the cut is the model's, not only memory's")
 
 
 def _last_line(exc: BaseException) -> str:

@@ -279,8 +279,7 @@ class WholeChunks(_Around):
             reraise_interrupt(exc)
             if not sites:
                 raise
-            raise UnsupportedPattern(f"{', '.join(sites)}: with these pieces of a dynamic dim as one, the model "
-                                     f"stopped ({error_line(exc)}): the cut is the model's, not only memory's") from exc
+            raise memory_chunks.stopped(sites, exc, "the capture stops") from exc
         if not sites:
             raise UnsupportedPattern("no loop over pieces of a dynamic dim was reached: nothing to run as one step")
         captured.assumed.append(memory_chunks.check_whole(request.model, request.args, sites))
