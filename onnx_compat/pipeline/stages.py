@@ -348,7 +348,7 @@ def no_graph(request: ExportRequest, attempts: Sequence[Attempt], culprits):
 
 def _how(attempt: Attempt) -> str:
     """The way of capturing beside the exporter's name: "without the patches", "draft export", ..."""
-    return attempt.label[len(attempt.exporter):].strip(" ()") or "with the patches"
+    return attempt.label[len(attempt.exporter):].strip(" (),") or "with the patches"
 
 
 def whole_graph_if_needed(request: ExportRequest, used: Graph, spill):
