@@ -261,6 +261,28 @@ def _chunked_export(model, path, exporter="dynamo"):
                               exporter=exporter)
 
 
+# plain torch 2.13 on the chunk loops: TorchScript writes the example's split of the 100-chunk form (ONNX Runtime
+# refuses it at other lengths) and slices sized from the length for the 10 chunks carried; dynamo stops in
+# onnxscript's folding of the split ("PassError") on both
+_PLAIN_CHUNKS = {("torchscript", 100): ("run", "SplitToSequence"), ("torchscript", 10): ("ok", ""),
+                 ("dynamo", 100): ("export", "PassError"), ("dynamo", 10): ("export", "PassError")}
+
+
+@pytest.mark.parametrize("exporter", [pytest.param(e, marks=(pytest.mark.torch_facts,) if e == "dynamo" else ())
+                                      for e in EXPORTERS])
+@pytest.mark.parametrize("carried,chunks", [(False, 100), (True, 10)], ids=["per_chunk", "carried"])
+def test_plain_torch_on_chunk_loops_is_as_recorded(exporter, carried, chunks):
+    from onnx_compat import Dim, TensorSpec, versions
+    from onnx_compat.pipeline.vanilla import vanilla_export
+    if not versions.torch_at_least("2.13"):
+        pytest.skip("recorded on torch 2.13")
+    b, t = Dim("batch"), Dim("time")
+    outcome = vanilla_export(ChunkedFeedForward(chunks, carried=carried).eval(), [TensorSpec("x", [b, t, 8])],
+                             [TensorSpec("y", [b, t, 8])], exporter)
+    stage, text = _PLAIN_CHUNKS[exporter, chunks]
+    assert outcome.stage == stage and text in outcome.detail, str(outcome)
+
+
 @pytest.mark.skipif("dynamo" not in EXPORTERS, reason="the dynamo exporter is used from torch 2.13 on")
 @pytest.mark.parametrize("carried,chunks", [(False, 100), (True, 10)], ids=["per_chunk", "carried"])
 def test_a_loop_over_chunks_that_only_save_memory_runs_as_one_step(tmp_path, carried, chunks):
