@@ -132,3 +132,20 @@ def test_a_complex_constant_is_no_divisor():
     graph = torch.jit.trace(ComplexScaled(), (torch.randn(2, 8),)).graph
     assert any(n.kind() == "aten::mul" for n in graph.nodes())
     assert size_remainders.divisors(graph) == []
+
+
+def test_a_weight_kept_in_a_file_is_not_read_for_a_divisor():
+    """On the on-disk path the graph's initializers point into a file the check cannot see (music2latent's encoder,
+    62 MiB: "should be stored in torchscript.data, but it is not regular file"): a one-element weight there is no
+    divisor and is not read."""
+    from onnx import TensorProto, helper
+    from onnx_compat.pipeline import size_remainders
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [4.0])
+    scale.ClearField("float_data")
+    scale.data_location = TensorProto.EXTERNAL
+    scale.external_data.add(key="location", value="absent.data")
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Div", ["s", "scale"], ["q"]),
+                               helper.make_node("Mul", ["q", "scale"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["t"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], [scale])
+    assert size_remainders.divisors_in_graph(helper.make_model(graph)) == []

@@ -90,8 +90,12 @@ def divisors_in_graph(proto) -> List[int]:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
             constants[node.output[0]] = node.attribute[0].t
     def number(name) -> Optional[float]:
-        value = numpy_helper.to_array(constants[name]) if name in constants else None
-        if value is None or value.size != 1 or value.dtype.kind not in "biuf":
+        tensor = constants.get(name)
+        # one element, in the graph: a weight kept in a file (the on-disk path) is never read here, nor a big one
+        if tensor is None or math.prod(tensor.dims) != 1 or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        value = numpy_helper.to_array(tensor)
+        if value.dtype.kind not in "biuf":
             return None
         return float(value.reshape(-1)[0])
 
