@@ -18,7 +18,6 @@ block-recurrent transformer steps it) changes the output, and the site stays ref
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Iterator, List, Optional, Sequence
 
 import torch
@@ -26,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from onnx_compat.errors import UnsupportedPattern
+from onnx_compat.patches._warning_site import frame_site, model_frame_outside_torch
 
 # by name: under ``patched()`` torch's own dispatch hands the mode the wrapped function, not the one imported here
 _CUTS = ("split", "chunk")
@@ -57,14 +57,6 @@ def taking_whole(found: List[str]) -> Iterator[List[str]]:
         _whole = outer
 
 
-def _caller() -> str:
-    """The model's file:line that called the cut: the first frame outside torch and this package."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in ("torch", "onnx_compat"):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
-
-
 class _Cuts(TorchFunctionMode):
     """In eager: each cut by a number at one of ``sites`` counted (``pieces``), or, ``whole``, one piece."""
 
@@ -76,7 +68,7 @@ class _Cuts(TorchFunctionMode):
         kwargs = kwargs or {}
         if getattr(func, "__name__", None) not in _CUTS or not args or not isinstance(args[0], torch.Tensor):
             return func(*args, **kwargs)
-        where = _caller()
+        where = frame_site(model_frame_outside_torch(1))  # the model's line, as ``fixed_pieces`` names it
         if where not in self.sites:
             return func(*args, **kwargs)
         if self.whole:

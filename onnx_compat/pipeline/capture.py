@@ -24,9 +24,9 @@ import torch
 
 from onnx_compat import versions
 from onnx_compat.errors import (ArgumentError, CaptureError, DimSpecialized, SizedTrace, TargetError,
-                                UnsupportedPattern, reraise_interrupt)
+                                reraise_interrupt)
 from onnx_compat.graph import all_nodes
-from onnx_compat.patches import diagonals, memory_chunks, source_rewrites
+from onnx_compat.patches import diagonals, source_rewrites
 from onnx_compat.patches.fixed_pieces import counted_chunks
 from onnx_compat.patches.length_caches import cache_limits
 from onnx_compat.patches.loops import declared_maxima
@@ -34,6 +34,7 @@ from onnx_compat.patches.patch import acting
 from onnx_compat.patches.registry import patched
 from onnx_compat.pipeline import dims, failure_site, size_remainders, sized_trace
 from onnx_compat.pipeline.capture_said import Captured, error_line, progress_strategies
+from onnx_compat.pipeline.strategy_wrappers import Unpatched, WholeChunks
 from onnx_compat.pipeline import weights as weights_module
 from onnx_compat.pipeline.weights import WeightsFolder
 from onnx_compat.spec import TensorSpec
@@ -239,68 +240,6 @@ class Dynamo:
         axes = dims.axes_of(request.inputs)
         return {(i, axis): d.max for i, name in enumerate(dims.onnx_names(request.inputs))
                 for axis, d in axes[name].items() if d.max}
-
-
-class _Around:
-    """A strategy that captures through another (``inner``): that one's exporter, availability and error sites."""
-
-    def __init__(self, inner, label: str) -> None:
-        self.inner = inner
-        self.name, self.label = inner.name, label
-
-    def unavailable(self) -> Optional[str]:
-        return self.inner.unavailable()
-
-    def locate(self, exc: BaseException, request: Request) -> dict:
-        return self.inner.locate(exc, request)
-
-
-class WholeChunks(_Around):
-    """dynamo again with each loop over pieces of a dynamic dim (``x.chunk(n, d)``, ``x.split(s, d)``, their count a
-    function of the length) run as one step over the whole dim, where the model's eager output at the example is
-    the same so (``patches/memory_chunks.py``: a cut that only saves memory). Tried only after the patched dynamo
-    attempt stopped at such pieces (``wanted``): another capture costs seconds."""
-
-    patches = True
-
-    def __init__(self, inner) -> None:
-        super().__init__(inner, f"{inner.label}, chunk loops as one step")
-
-    def wanted(self, attempts) -> bool:
-        first = next((a for a in attempts if a.exporter == self.name and a.patched), None)
-        return first is not None and bool(first.counted)
-
-    def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
-        sites: List[str] = []
-        try:
-            with memory_chunks.taking_whole(sites):
-                proto = self.inner.capture(request, captured)
-        except Exception as exc:  # the model's own code refused its pieces as one (an assert on a piece's size)
-            reraise_interrupt(exc)
-            if not sites:
-                raise
-            raise memory_chunks.stopped(sites, exc, "the capture stops") from exc
-        if not sites:
-            raise UnsupportedPattern("no loop over pieces of a dynamic dim was reached: nothing to run as one step")
-        captured.assumed.append(memory_chunks.check_whole(request.model, request.args, sites))
-        return proto
-
-
-class Unpatched(_Around):
-    """An exporter without the patches: a patch that turns a model the plain export verifies into a failure
-    (an op it rewrites into one the exporter lacks, a complex spectrum the pair type cannot follow) must not
-    cost the user the graph. Tried after the patched attempts failed, and only when a patch acted in them."""
-
-    patches = False
-
-    def __init__(self, inner) -> None:
-        super().__init__(inner, f"{inner.label} without the patches")
-
-    def capture(self, request: Request, captured: Captured) -> onnx.ModelProto:
-        return self.inner.capture(request, captured)
-
-    def __repr__(self) -> str:
-        return f"Unpatched({self.inner.label})"
 
 
 # The exporters, in the order ``auto`` tries them. TorchScript first: it exports in a tenth to a fiftieth of dynamo's time

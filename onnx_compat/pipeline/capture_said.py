@@ -128,7 +128,9 @@ def baked_hint(baked: Sequence[str]) -> str:
             "exporter trace it]")
 
 
-def counted_hint(counted: Sequence[str]) -> str:
+def counted_hint(counted: Sequence[str], said: str = "") -> str:
     """The chunks whose count depends on a dynamic size (dynamo: ``Captured.counted``), the likely cause of a
-    graph that holds a dim at the example's value or is wrong at other sizes."""
-    return f" [likely cause: {'; '.join(dict.fromkeys(counted))}]" if counted else ""
+    graph that holds a dim at the example's value or is wrong at other sizes; one the error ``said`` already (a
+    refusal of pieces looped over, counted too) is left out."""
+    counted = [c for c in dict.fromkeys(counted) if c not in said]
+    return f" [likely cause: {'; '.join(counted)}]" if counted else ""

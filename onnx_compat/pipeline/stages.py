@@ -106,7 +106,7 @@ def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds:
         record.assumed, record.counted = list(exc.warnings.assumed), list(exc.warnings.counted)
     what = capture.error_line(exc)
     sized = _size_could_be_baked(exc)
-    record.error = what + (baked_hint(record.warnings.get("baked", ())) + counted_hint([c for c in record.counted if c not in what])
+    record.error = what + (baked_hint(record.warnings.get("baked", ())) + counted_hint(record.counted, what)
                            if sized else "") + first_cause.outside_weights_hint(exc)
     if record.assumed and not isinstance(exc, CaptureError):  # a graph made, then found wrong: it assumed these
         record.error += f" [the graph assumed: {'; '.join(record.assumed)}]"
