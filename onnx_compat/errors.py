@@ -358,3 +358,9 @@ class NotLiftable(OnnxCompatError):
 class CarryChanges(NotLiftable):
     """A lifted loop's step gives a state of another shape or dtype than it was given: no scan carries it as it
     is (``patches/scan_loops.lift`` runs the first step before the scan; uncaught, a refusal saying so)."""
+
+
+class StateOnModules(NotLiftable):
+    """A lifted loop's step assigns a tensor to a module's attribute (a neuron's ``self.mem``): a scan step may
+    change nothing outside itself (``patches/scan_traces.scanned_steps`` carries such state where torch lets a
+    step do so, ``patches/module_state.py``; uncaught, a refusal naming the assignment)."""

@@ -72,17 +72,74 @@ class KeptStateNeuron(nn.Module):
 
 
 class KeptStateLoop(nn.Module):
-    """A loop over time whose state lives on a module, not in the loop's variables."""
+    """A loop over time whose state lives on a module, not in the loop's variables (emptied first, so each call
+    starts from rest)."""
 
     def __init__(self):
         super().__init__()
         self.fc, self.lif = nn.Linear(8, 16), KeptStateNeuron()
 
     def forward(self, x):
+        self.lif.mem = torch.zeros(0)
         outs = []
         for t in range(x.size(1)):
             outs.append(self.lif(self.fc(x[:, t])))
         return torch.stack(outs, 1)
+
+
+class SpikingNeuron(nn.Module):
+    """snntorch's ``Leaky`` as it is written: the state passed in and returned, and kept on the module as well
+    (``self.mem``, a reset term ``self.reset`` written before it is read), a spike by threshold."""
+
+    def __init__(self, beta: float):
+        super().__init__()
+        self.beta = beta
+        self.register_buffer("mem", torch.zeros(0), persistent=False)
+
+    def forward(self, x, mem=None):
+        if mem is not None:
+            self.mem = mem
+        if self.mem.shape != x.shape:
+            self.mem = torch.zeros_like(x)
+        self.reset = (self.mem > 1.0).float()
+        self.mem = self.beta * self.mem + x - self.reset
+        return (self.mem > 1.0).float(), self.mem
+
+
+class SpikingNet(nn.Module):
+    """snntorch's tutorial network: two neurons stepped over time, their states also passed along."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 16)
+        self.lif1, self.lif2 = SpikingNeuron(0.9), SpikingNeuron(0.8)
+
+    def forward(self, x):
+        mem1, mem2 = torch.zeros(0), torch.zeros(0)
+        mems = []
+        for x_t in x.unbind(1):
+            spk1, mem1 = self.lif1(self.fc1(x_t) * 2.0, mem1)
+            _, mem2 = self.lif2(self.fc2(spk1 + mem1), mem2)
+            mems.append(mem2)
+        return torch.stack(mems, 1)
+
+
+class CountingNeuron(KeptStateNeuron):
+    """A neuron that also counts its steps in a Python int on itself: a scan's one traced step counts once."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def forward(self, x):
+        self.steps += 1
+        return super().forward(x)
+
+
+class CountingLoop(KeptStateLoop):
+    def __init__(self):
+        super().__init__()
+        self.lif = CountingNeuron()
 
 
 class RangeLSTM(nn.Module):

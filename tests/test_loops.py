@@ -19,8 +19,8 @@ from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
-from pattern_models_loops import (KeptStateLoop, KeptStateNeuron, Log2Scan, PowerOfTwoPad, RangeLSTM, RowMask, ScanRNN,
-                                  TimeFirstRNN, UnbindRNN)
+from pattern_models_loops import (CountingLoop, CountingNeuron, KeptStateLoop, Log2Scan, PowerOfTwoPad, RangeLSTM,
+                                  RowMask, ScanRNN, SpikingNet, TimeFirstRNN, UnbindRNN)
 
 # lengths 1, the example's (37, at another batch) and 4x the example
 SIZES = ((1, 1), (3, 37), (2, 148))
@@ -48,6 +48,10 @@ CASES.append(PatchCase("scan_written_rnn", ScanRNN, _x, {0: {0: "batch", 1: "tim
 CASES.append(PatchCase("time_first_iterated_rnn", TimeFirstRNN, lambda B, T, seed: (_x(B, T, seed)[0].transpose(0, 1),),
                        {0: {0: "time", 1: "batch"}}, sizes=SIZES, exporters=("dynamo",), graph=_a_scan, atol=1e-4,
                        rtol=1e-3))
+# state kept on modules (snntorch's ``self.mem = ...``): carried by the scan beside the loop's own variables
+CASES += [PatchCase(name, build, _x, {0: {0: "batch", 1: "time"}}, sizes=SIZES, exporters=("dynamo",),
+                    graph=_a_scan, atol=1e-4, rtol=1e-3)
+          for name, build in (("state_kept_on_a_module", KeptStateLoop), ("spiking_net", SpikingNet))]
 test_loop_exports_as_a_scan, test_vanilla_loop_is_specialised = patch_case_tests(CASES)
 
 
@@ -83,14 +87,30 @@ def test_a_mask_stored_row_by_row_is_refused_with_its_line_and_why_under_dynamo(
 
 
 @needs_dynamo
-def test_a_step_that_keeps_state_on_a_module_is_refused_at_the_assignment(tmp_path):
-    """The neuron assigns its state to itself each step (snntorch's ``self.mem = ...``): a scan step may not change
-    anything outside itself, and torch says only that a function of export's buffer hook is "marked as skipped".
-    The refusal names the loop and the assignment, and says to carry the state in the loop's variables."""
-    text = _export(KeptStateLoop(), tmp_path, "dynamo")
-    first_write = KeptStateNeuron.forward.__code__.co_firstlineno + 2
-    assert _line(KeptStateLoop, 2) in text and "the step keeps state on a module" in text, text[-1500:]
-    assert f"pattern_models_loops.py:{first_write} (self.mem = torch.zeros_like(x))" in text, text[-1500:]
+def test_a_python_value_a_step_changes_on_a_module_is_refused_naming_it(tmp_path):
+    """A step that counts in a Python int on its module (``self.steps += 1``) cannot be one traced scan step: the
+    count would move once. The refusal names the loop, the attribute and the values."""
+    text = _export(CountingLoop(), tmp_path, "dynamo")
+    assert _line(CountingLoop, 3) in text and "changes CountingNeuron.steps (a Python int, 0 -> 1)" in text, \
+        text[-1500:]
+
+
+@needs_dynamo
+def test_state_kept_on_modules_is_theirs_again_after_the_export(tmp_path):
+    """The first step and the scan write the neurons' state while the export traces; afterwards each module holds
+    what it held before, and the eager model computes what it computed before."""
+    model = SpikingNet().eval()
+    x = _x(3, 11, 5)[0]
+    with torch.no_grad():
+        before = model(x)
+    held = {name: (m.mem, m.reset) for name, m in (("lif1", model.lif1), ("lif2", model.lif2))}
+    b, t = Dim("batch"), Dim("time")
+    onnx_compat.export(model, str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
+                       [TensorSpec("y", [b, t, 16])], exporter="dynamo")
+    for name, m in (("lif1", model.lif1), ("lif2", model.lif2)):
+        assert m.mem is held[name][0] and m.reset is held[name][1], name
+    with torch.no_grad():
+        assert torch.equal(model(x), before)
 
 
 @needs_dynamo

@@ -14,9 +14,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from onnx_compat.errors import CarryChanges, NotLiftable, UnsupportedPattern
+from onnx_compat.errors import CarryChanges, NotLiftable, StateOnModules, UnsupportedPattern
 
-from . import value_branches
+from . import module_state, value_branches
 from .scan_steps import GatedSteps
 
 
@@ -42,6 +42,9 @@ def scanned(combine_with, carries, steps_in):
                 if not specialised and _UNBROADCAST.search(str(error)):
                     specialised = True
                     continue
+                kept = _state_kept_on_a_module(_user_frames(str(error))) if _GRAPH_BREAK in str(error) else ""
+                if kept:
+                    raise StateOnModules(f"its body does not trace as a scan step ({kept})") from error
                 site = _value_branch(error)
                 why = "" if site is None else _take_as_where(site, branches, swaps)
                 if site is None or why:
@@ -51,6 +54,7 @@ def scanned(combine_with, carries, steps_in):
 
 
 _CHANGED = "Expected init and carry to have same metadata"
+_GRAPH_BREAK = "Got graph break/error:"
 
 
 # a step's trace that could not broadcast against a size it made a symbol of ("... tensor b (s69: hint = 1)")
@@ -97,7 +101,7 @@ def _user_frames(text: str):
 def _value_branch(error: Exception) -> Optional[Tuple[str, int, str]]:
     """(file, line, function) of the ``if`` a step's trace stopped at on a tensor's value, else None."""
     text = str(error)
-    if "Got graph break/error:" not in text or "data-dependent branching" not in text.lower():
+    if _GRAPH_BREAK not in text or "data-dependent branching" not in text.lower():
         return None
     frames = _user_frames(text)
     return (frames[-1][0], int(frames[-1][1]), frames[-1][2].strip()) if frames else None
@@ -110,14 +114,11 @@ def _step_failure(error: Exception) -> str:
     step can hold."""
     text = str(error).strip()
     first = text.splitlines()[0][:300] if text else ""
-    if "Got graph break/error:" not in text:
+    if _GRAPH_BREAK not in text:
         return f"{type(error).__name__}: {first}"
-    kind = next((line.strip() for line in text.split("Got graph break/error:", 1)[1].splitlines() if line.strip()),
+    kind = next((line.strip() for line in text.split(_GRAPH_BREAK, 1)[1].splitlines() if line.strip()),
                 "a graph break")
     frames = _user_frames(text)
-    kept = _state_kept_on_a_module(frames)
-    if kept:
-        return kept
     where = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][3].strip()})" if frames else ""
     said = f"{kind}{where}"
     if "data-dependent branching" in kind.lower():
@@ -148,25 +149,39 @@ def scanned_steps(step_with, gate, carries, steps_in):
     """The final state and every step's outputs (cut to a gated range's count). A state that changes its shape
     or dtype on the first step (``h`` made ``[B, H]`` before the loop, ``[1, B, H]`` by the step's broadcasting)
     is no scan's carry: that step runs before the scan, exactly as the loop's first iteration, and the scan
-    carries the state it leaves over the rest."""
+    carries the state it leaves over the rest. So does a step that keeps state on modules (``self.mem = ...``):
+    what the first step wrote there is carried too (``module_state.py``)."""
     try:
         final, ys = scanned(lambda branches: _combine(step_with(branches), gate), carries, steps_in)
         return final, [y if gate is None else y[:gate.count] for y in ys]
     except CarryChanges as changed:
         if gate is not None:
             raise NotLiftable(f"its carried state {changed} on the first step, and its range starts past 0") from None
+        kept = None
+    except StateOnModules as refused:
+        kept = module_state.kept_for(refused)
+        if gate is not None or kept is None:
+            raise
     first = torch.utils._pytree.tree_map(lambda s: s[0], steps_in)
-    carries, outs = _combine(step_with(frozenset()), None)(carries, first)
+    with kept.recording() if kept is not None else contextlib.nullcontext():
+        carries, outs = _combine(step_with(frozenset()), None)(carries, first)
+    own = len(carries)
+    if kept is not None:
+        carries, inner = carries + kept.values(), step_with
+        step_with = lambda branches: kept.held(inner(branches), own)  # noqa: E731
     size = torch.utils._pytree.tree_leaves(steps_in)[0].shape[0]
     at = torch.arange(1, torch.sym_max(size, 2))
     rest = torch.utils._pytree.tree_map(lambda s: s.index_select(0, at.clamp(max=size - 1)), steps_in)
     gate = GatedSteps(rest, at < size, torch.sym_max(size - 1, 0))
     try:
-        final, ys = scanned(lambda branches: _combine(step_with(branches), gate), carries,
-                                        (rest, gate.valid))
+        with module_state.buffer_hooks_aside(kept):
+            final, ys = scanned(lambda branches: _combine(step_with(branches), gate), carries,
+                                (rest, gate.valid))
     except CarryChanges as changed:
         raise NotLiftable(f"its carried state {changed} at every step, so no scan can carry it") from None
-    return final, [torch.cat([o.unsqueeze(0), y[:gate.count]]) for o, y in zip(outs, ys)]
+    if kept is not None:
+        kept.leave(final[own:])
+    return final[:own], [torch.cat([o.unsqueeze(0), y[:gate.count]]) for o, y in zip(outs, ys)]
 
 
 def _stateless(combine):
