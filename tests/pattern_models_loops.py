@@ -124,6 +124,22 @@ class SpikingNet(nn.Module):
         return torch.stack(mems, 1)
 
 
+class StateOnSelfLoop(nn.Module):
+    """Older recurrent code: the loop itself keeps an LSTM cell's ``(h, c)`` on the model, ``self.state``."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell, self.out = nn.LSTMCell(8, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        self.state = (x.new_zeros(x.shape[0], 16), x.new_zeros(x.shape[0], 16))
+        ys = []
+        for t in range(x.size(1)):
+            self.state = self.cell(x[:, t], self.state)
+            ys.append(self.out(self.state[0]))
+        return torch.stack(ys, 1)
+
+
 class CountingNeuron(KeptStateNeuron):
     """A neuron that also counts its steps in a Python int on itself: a scan's one traced step counts once."""
 

@@ -20,7 +20,7 @@ from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
 from pattern_models_loops import (CountingLoop, CountingNeuron, KeptStateLoop, Log2Scan, PowerOfTwoPad, RangeLSTM,
-                                  RowMask, ScanRNN, SpikingNet, TimeFirstRNN, UnbindRNN)
+                                  RowMask, ScanRNN, SpikingNet, StateOnSelfLoop, TimeFirstRNN, UnbindRNN)
 
 # lengths 1, the example's (37, at another batch) and 4x the example
 SIZES = ((1, 1), (3, 37), (2, 148))
@@ -51,7 +51,8 @@ CASES.append(PatchCase("time_first_iterated_rnn", TimeFirstRNN, lambda B, T, see
 # state kept on modules (snntorch's ``self.mem = ...``): carried by the scan beside the loop's own variables
 CASES += [PatchCase(name, build, _x, {0: {0: "batch", 1: "time"}}, sizes=SIZES, exporters=("dynamo",),
                     graph=_a_scan, atol=1e-4, rtol=1e-3)
-          for name, build in (("state_kept_on_a_module", KeptStateLoop), ("spiking_net", SpikingNet))]
+          for name, build in (("state_kept_on_a_module", KeptStateLoop), ("spiking_net", SpikingNet),
+                              ("tuple_state_on_self", StateOnSelfLoop))]
 test_loop_exports_as_a_scan, test_vanilla_loop_is_specialised = patch_case_tests(CASES)
 
 

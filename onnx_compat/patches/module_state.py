@@ -19,6 +19,7 @@ import contextlib
 from typing import List, Optional, Tuple
 
 import torch
+from torch.utils import _pytree
 
 from onnx_compat.errors import NotLiftable, StateOnModules
 
@@ -30,12 +31,22 @@ def _unsafe_call():
     return getattr(utils, "_disable_side_effect_safety_checks_for_current_subtracer", None)
 
 
+def _tensors(value) -> bool:
+    """A tensor, or a tuple or list of them (an LSTM cell's ``(h, c)``): state a scan can carry."""
+    if isinstance(value, torch.Tensor):
+        return not isinstance(value, torch.nn.Parameter)
+    leaves = _pytree.tree_leaves(value) if isinstance(value, (tuple, list)) else []
+    return bool(leaves) and all(isinstance(v, torch.Tensor) for v in leaves)
+
+
 class Kept:
-    """The (module, attribute) pairs a step writes tensors to, in the order first written."""
+    """The (module, attribute) pairs a step writes tensors to, in the order first written; a value is carried
+    as its tensors, flat, and put back in its own structure."""
 
     def __init__(self, refused: StateOnModules):
         self.refused = refused
         self.sites: List[Tuple[torch.nn.Module, str]] = []
+        self.specs: list = []
 
     @contextlib.contextmanager
     def recording(self):
@@ -44,7 +55,7 @@ class Kept:
         sites = self.sites
 
         def recorded(module, name, value):
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+            if _tensors(value):
                 if not any(m is module and n == name for m, n in sites):
                     sites.append((module, name))
             elif isinstance(value, _PLAIN) and getattr(module, name, value) != value:
@@ -62,7 +73,19 @@ class Kept:
             raise self.refused
 
     def values(self) -> Tuple[torch.Tensor, ...]:
-        return tuple(getattr(m, n).detach() for m, n in self.sites)
+        """The state the first step left, flat; each attribute's structure kept for ``_put``."""
+        flat, self.specs = [], []
+        for module, name in self.sites:
+            leaves, spec = _pytree.tree_flatten(getattr(module, name))
+            if not leaves or not all(isinstance(v, torch.Tensor) for v in leaves):
+                raise NotLiftable(f"its step leaves {type(module).__name__}.{name} as a "
+                                  f"{type(getattr(module, name)).__name__}, which a scan cannot carry")
+            flat += [v.detach() for v in leaves]
+            self.specs.append(spec)
+        return tuple(flat)
+
+    def _read(self) -> Tuple[torch.Tensor, ...]:
+        return tuple(v for m, n in self.sites for v in _pytree.tree_leaves(getattr(m, n)))
 
     def held(self, step, own: int):
         """``step`` with the modules' state as the carries after its ``own`` ones."""
@@ -76,13 +99,17 @@ class Kept:
         before = [getattr(m, n) for m, n in self.sites]
         self._put(carry[own:])
         new, outs = step(tuple(carry[:own]), x_t)
-        after = tuple(getattr(m, n) for m, n in self.sites)
-        self._put(before)
+        after = self._read()
+        for (module, name), value in zip(self.sites, before):
+            setattr(module, name, value)
         return tuple(new) + after, outs
 
-    def _put(self, values) -> None:
-        for (module, name), value in zip(self.sites, values):
-            setattr(module, name, value)
+    def _put(self, flat) -> None:
+        """Each attribute set from its share of the flat tensors, in its own structure."""
+        at = 0
+        for (module, name), spec in zip(self.sites, self.specs):
+            setattr(module, name, _pytree.tree_unflatten(list(flat[at:at + spec.num_leaves]), spec))
+            at += spec.num_leaves
 
     def leave(self, final) -> None:
         """The modules hold the last step's state, as after the Python loop."""

@@ -77,12 +77,18 @@ def _check_body(loop: ast.For, index: Optional[str], local: Dict[str, object]) -
         if isinstance(node, _FORBIDDEN):
             raise NotLiftable(f"its body has a '{type(node).__name__.lower()}' statement")
         if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store) \
-                and id(node) not in kept:
+                and id(node) not in kept and not _module_attribute(node, local):
             raise NotLiftable(f"its body stores into {ast.unparse(node)} (line {node.lineno}), which a scan "
                               f"step cannot carry; a store by rows is a mask or a where() over the whole dim "
                               f"(a store at the step's index into a tensor made before the loop, buf[:, t] = v "
                               f"with buf not read in the loop, is run as a step output)")
     return stores
+
+
+def _module_attribute(node, local: Dict[str, object]) -> bool:
+    """``self.h = ...``, a module's attribute: the step's writes to modules are carried (``module_state.py``)."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+        and isinstance(local.get(node.value.id), torch.nn.Module)
 
 
 def _step_store(stmt, loop: ast.For, index: Optional[str], local: Dict[str, object]) -> Optional[int]:

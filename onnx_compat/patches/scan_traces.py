@@ -141,8 +141,10 @@ def _state_kept_on_a_module(frames) -> str:
         return ""
     filename, line, _, code = frames[inside[0] - 1]
     return (f"the step keeps state on a module: {filename}:{line} ({code.strip()}) assigns a module attribute "
-            f"every step, and a scan step may change nothing outside itself; carry that state in the loop's "
-            f"variables instead (a stateless or functional form of the layer, its state passed in and returned)")
+            f"every step, and a scan step may change nothing outside itself; it is carried where the first step "
+            f"leaves a tensor there (or a tuple or list of tensors) and torch lets a step write modules; else "
+            f"carry that state in the loop's variables (a stateless or functional form of the layer, its state "
+            f"passed in and returned)")
 
 
 def scanned_steps(step_with, gate, carries, steps_in):
