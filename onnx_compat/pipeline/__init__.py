@@ -86,10 +86,7 @@ def _first_verified(request: ExportRequest, report: Report, spill) -> stages.Gra
     culprits, errors, failures, deferred = [], {}, [], {}
     strategies = list(request.strategies)  # a TorchScript trace sized by the example comes back after dynamo
     for strategy in strategies:
-        if not strategy.patches and (_nothing_to_set_aside(strategy, report.attempts)
-                                     or refused_on_purpose(strategy, report.attempts, errors)):
-            continue
-        if not getattr(strategy, "wanted", lambda attempts: True)(report.attempts):
+        if not getattr(strategy, "wanted", lambda attempts, errors: True)(report.attempts, errors):
             continue
         t0, record = time.perf_counter(), Attempt(strategy.name, False, strategy=strategy.label,
                                                   patched=strategy.patches)
@@ -137,21 +134,6 @@ def _take_place(record: Attempt, attempts: list, put_off: Optional[Attempt]) -> 
         attempts.append(record)
     else:
         attempts[next(k for k, a in enumerate(attempts) if a is put_off)] = record
-
-
-def refused_on_purpose(strategy, attempts, errors) -> bool:
-    """dynamo's patched attempt ended in a deliberate refusal (``UnsupportedPattern``: a size made a Python
-    number, a loop over a dim): the plain export freezes that size, and learns it slowest (torch.onnx's strict
-    retry of mambapy's log2(T) scan ran past 240 s, ``patches/strict_retry.py``), so it is not run."""
-    from onnx_compat.patches.strict_retry import refusal_in
-    patched = next((a for a in attempts if a.exporter == strategy.name and a.patched), None)
-    return strategy.name == "dynamo" and patched is not None and refusal_in(errors.get(id(patched))) is not None
-
-
-def _nothing_to_set_aside(strategy, attempts) -> bool:
-    """The exporter's patched attempt ran and no patch acted in it: without the patches it is the same export."""
-    patched = next((a for a in attempts if a.exporter == strategy.name and a.patched), None)
-    return patched is not None and not patched.acted
 
 
 def _faster(request: ExportRequest, report: Report, spill, used: stages.Graph) -> stages.Graph:

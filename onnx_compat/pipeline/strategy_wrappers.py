@@ -36,8 +36,8 @@ class WholeChunks(Around):
     def __init__(self, inner) -> None:
         super().__init__(inner, f"{inner.label}, chunk loops as one step")
 
-    def wanted(self, attempts) -> bool:
-        first = next((a for a in attempts if a.exporter == self.name and a.patched), None)
+    def wanted(self, attempts, errors) -> bool:
+        first = _patched_attempt(self.name, attempts)
         return first is not None and bool(first.counted)
 
     def capture(self, request, captured) -> onnx.ModelProto:
@@ -66,8 +66,25 @@ class Unpatched(Around):
     def __init__(self, inner) -> None:
         super().__init__(inner, f"{inner.label} without the patches")
 
+    def wanted(self, attempts, errors) -> bool:
+        """Not when the exporter's patched attempt ran with no patch acting (without them it is the same export),
+        nor when dynamo's patched attempt ended in a deliberate refusal (``UnsupportedPattern``: a size made a
+        Python number, a loop over a dim): the plain export freezes that size, and learns it slowest (torch.onnx's
+        strict retry of mambapy's log2(T) scan ran past 240 s, ``patches/strict_retry.py``)."""
+        from onnx_compat.patches.strict_retry import refusal_in
+        patched = _patched_attempt(self.name, attempts)
+        if patched is None:
+            return True
+        refused = self.name == "dynamo" and refusal_in(errors.get(id(patched))) is not None
+        return bool(patched.acted) and not refused
+
     def capture(self, request, captured) -> onnx.ModelProto:
         return self.inner.capture(request, captured)
 
     def __repr__(self) -> str:
         return f"Unpatched({self.inner.label})"
+
+
+def _patched_attempt(exporter: str, attempts):
+    """The exporter's attempt under the patches, if it ran."""
+    return next((a for a in attempts if a.exporter == exporter and a.patched), None)
