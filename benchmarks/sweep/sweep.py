@@ -326,7 +326,7 @@ def main(argv=None) -> List[dict]:
     parser.add_argument("--only", action="append", help="models whose name contains this (repeatable)")
     parser.add_argument("--round", type=int, default=1,
                         help="the sweep round whose models run and whose block --write replaces (1: sweep_models.py, "
-                             "2: sweep_models2.py, 3: sweep_models3.py and sweep_models3b.py, 4: sweep_models4.py)")
+                             "2: sweep_models2.py, 3: sweep_models3.py and sweep_models3b.py, 4: sweep_models4.py, 5: sweep_models5.py)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per step")
     parser.add_argument("--json", help="write the rows here (and resume from it with --resume)")

@@ -807,3 +807,5 @@ import sweep_models3  # noqa: E402,F401
 import sweep_models3b  # noqa: E402,F401
 # the probe after round three (round=4): sequence models from libraries no round used
 import sweep_models4  # noqa: E402,F401
+# a second probe (round=5): long convolutions, gated recurrences, other attentions, models with memories
+import sweep_models5  # noqa: E402,F401
