@@ -6,6 +6,7 @@ selective scan joined with ``cat``, a mask zeroed row by row over the batch, a s
 from __future__ import annotations
 
 import math
+from math import ceil, log2
 
 import torch
 import torch.nn as nn
@@ -206,6 +207,17 @@ class PowerOfTwoPad(nn.Module):
     def forward(self, x):
         T = x.shape[1]
         n = 1 << (T - 1).bit_length()
+        y = nn.functional.pad(x, (0, 0, 0, n - T))
+        return y.cumsum(1)[:, :T]
+
+
+class PowerOfTwoPadByName(nn.Module):
+    """The same padding with ``math``'s functions imported by name (H-Transformer-1D: ``from math import log2,
+    ceil``, then ``2 ** ceil(log2(n))``)."""
+
+    def forward(self, x):
+        T = x.shape[1]
+        n = 2 ** ceil(log2(T))
         y = nn.functional.pad(x, (0, 0, 0, n - T))
         return y.cumsum(1)[:, :T]
 

@@ -19,7 +19,8 @@ from onnx_compat.patches import scan_loops
 from onnx_compat.testing import PatchCase, patch_case_tests
 
 from helpers import needs_dynamo
-from pattern_models_loops import (CountingLoop, CountingNeuron, KeptStateLoop, Log2Scan, PowerOfTwoPad, RangeLSTM,
+from pattern_models_loops import (CountingLoop, CountingNeuron, KeptStateLoop, Log2Scan, PowerOfTwoPad,
+                                  PowerOfTwoPadByName, RangeLSTM,
                                   RowMask, ScanRNN, SpikingNet, StateOnSelfLoop, TimeFirstRNN, UnbindRNN)
 
 # lengths 1, the example's (37, at another batch) and 4x the example
@@ -158,12 +159,26 @@ def test_a_power_of_two_pad_with_a_declared_maximum_pads_to_one_length_and_verif
 
 
 @needs_dynamo
+def test_math_functions_imported_by_name_are_taken_the_same_way(tmp_path):
+    """``2 ** ceil(log2(T))`` after ``from math import ceil, log2``: refused at its line without a maximum (before,
+    dynamo specialised the length naming no line), padded to one length and verified with one."""
+    text = _export(PowerOfTwoPadByName(), tmp_path, "dynamo")
+    assert f"{_line(PowerOfTwoPadByName, 2)}: a math function takes the dynamic size" in text, text[-1200:]
+    report = _with_most(PowerOfTwoPadByName(), tmp_path)
+    assert not isinstance(report, Exception), str(report)[:800]
+    assert all(c["ok"] for c in report.verification) and report.verification[0]["sizes"]["batch"] == 1
+
+
+@needs_dynamo
 def test_a_trip_count_taken_at_the_maximum_is_verified_not_trusted(tmp_path):
     """A parallel (Hillis-Steele) scan whose every level shifts by ``2 ** k``: levels past the length are not
     neutral (the shifted slice is longer than the input), so the graph taken at the maximum fails at new
-    lengths and export() writes nothing."""
+    lengths and export() writes nothing. The error says what the graph assumed, at the model's line."""
     error = _with_most(Log2Scan(), tmp_path)
     assert isinstance(error, ExportError) and "VerificationError" in str(error), str(error)[:800]
+    assert "[the graph assumed: " in str(error) and f"{_line(Log2Scan, 3)}: a math function of the size taken at 61" \
+        in str(error), \
+        str(error)[-800:]
 
 
 @pytest.mark.parametrize("model,offset", [(UnbindRNN, 3), (RowMask, 2), (Log2Scan, 3)],

@@ -37,6 +37,7 @@ import contextlib
 import contextvars
 import dis
 import functools
+import math
 import sys
 import warnings
 from typing import Dict, Optional, Tuple
@@ -47,7 +48,7 @@ from onnx_compat.errors import RangeBoundToName
 from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .recurrent import _refuse
-from . import constant_ranges, range_names, scan_loops
+from . import constant_ranges, range_names, scan_loops, source_rewrites
 from .batch_rows import BatchRow
 from .unrolled_rows import remember_rows
 from .when import torchscript_exporting
@@ -212,7 +213,7 @@ def _index(wrapped, instance, args, kwargs):
         if why is None:  # the loop ran as a scan: its range made empty, no Python step
             return scan_loops.emptied_range(scan_loops.loop_at(frame), frame)
         _refuse_at(frame, "range() takes", instance, why)
-    if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "math":
+    if frame is not None and _is_dynamic(instance) and _math_call(frame):
         return _past_the_most(frame, instance, "a math function takes")
     if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "float":
         _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: float() of the dynamic size {instance.node.expr} "
@@ -221,6 +222,15 @@ def _index(wrapped, instance, args, kwargs):
                 f"exports (size_floats.py), but this one was not reached from the model's classes: compute it as "
                 f"a tensor (torch.full((), size, dtype=torch.float32)), or make the dim static")
     return wrapped(*args, **kwargs)
+
+
+def _math_call(frame) -> bool:
+    """The call at the frame's line is a ``math`` function: ``math.log2(T)``, or ``log2(T)`` after ``from math
+    import log2, ceil`` (H-Transformer-1D pads to ``2 ** ceil(log2(n))``)."""
+    name = called_name(frame.f_code, frame.f_lasti)
+    if name == "math":
+        return True
+    return name is not None and getattr(frame.f_globals.get(name), "__self__", None) is math
 
 
 def _bit_length(wrapped, instance, args, kwargs):
@@ -250,6 +260,9 @@ def _past_the_most(frame, size, what: str) -> int:
                 f"one length), compute it with tensor ops, or make the dim static")
     warnings.warn(f"{where}: {what} the dynamic size {size.node.expr}: taken as {most + 1}, one past its declared "
                   f"maximum, so what the model pads to or loops over from it is the same at every size")
+    source_rewrites.assume(f"{where}: {what.rsplit(' takes', 1)[0]} of the size taken at {most + 1} "
+                           f"(one past the declared maximum {most}): every input padded or looped over as for it, "
+                           f"which is right only where padding further changes nothing")
     return most + 1
 
 

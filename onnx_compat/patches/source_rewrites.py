@@ -48,6 +48,13 @@ class Rule:
 _records: List[list] = []  # the rewrites made while each ``recorded()`` block is open
 
 
+def assume(said: str) -> None:
+    """Say, to every open ``recorded()`` block, what the graph now takes for granted ("file:line: what")."""
+    for found in _records:
+        if said not in found:
+            found.append(said)
+
+
 @contextlib.contextmanager
 def recorded() -> Iterator[List[str]]:
     """Around a capture: yields a list that gets, for each rewrite made with an assumption, "file:line: what it
@@ -212,5 +219,4 @@ def captured(capture: Callable[[], object], rules: Sequence[Rule], limit: int = 
                     raise
                 taken.append((rule.name, site))
                 if rule.assumes:
-                    for found in _records:
-                        found.append(f"{site[0]}:{site[1]}: {rule.assumes}")
+                    assume(f"{site[0]}:{site[1]}: {rule.assumes}")
