@@ -18,7 +18,7 @@ setup(
         "wrapt",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer", "einops", "einx",
+        "test": ["pytest", "pytest-xdist", "hypothesis", "transformers", "conformer", "einops", "einx", "scipy",
                  "sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
         "consumers": ["sherpa-onnx", "sherpa-onnx-bin", "kaldi-native-fbank", "openvino"],
     },

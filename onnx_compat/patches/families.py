@@ -15,6 +15,7 @@ from onnx_compat.patches import resize  # noqa: F401
 from onnx_compat.patches import sequences  # noqa: F401
 from onnx_compat.patches import transformers_helpers  # noqa: F401
 from onnx_compat.patches import spectral  # noqa: F401
+from onnx_compat.patches import fft_lengths  # noqa: F401
 from onnx_compat.patches import overlap_add  # noqa: F401
 from onnx_compat.patches import stores  # noqa: F401
 from onnx_compat.patches import checks  # noqa: F401

@@ -140,6 +140,31 @@ register(Patch(
 ))
 
 
+# --- a size to a negative power (round five: Mega's Laplace attention scales by ``seq_len ** -1``) -------------
+# Python's ``T ** -1`` of an int is a float. Traced by TorchScript, ``T = x.shape[-2]`` is a 0-d int64 tensor, and
+# torch refuses an integer tensor to a negative integer power ("Integers to negative integer powers are not
+# allowed", measured on torch 2.13): the export stopped. While TorchScript traces, a traced size to a negative int
+# power is taken in the default float dtype, as Python takes it in floats (dynamo's symbolic sizes do so already).
+
+
+def _size_power(wrapped, instance, args, kwargs):
+    exponent = args[0] if args else kwargs.get("other", kwargs.get("exponent"))
+    if type(exponent) is int and exponent < 0 and traced_size(instance):
+        return instance.to(torch.get_default_dtype()) ** exponent  # a float tensor: this wrapper passes it on
+    return wrapped(*args, **kwargs)
+
+
+register(Patch(
+    name="size_negative_powers",
+    description="a size traced by TorchScript to a negative int power is a float, as Python's T ** -1 is (torch "
+                "refuses an integer tensor to a negative integer power)",
+    targets=("torch:Tensor.__pow__",),
+    wrapper=_size_power,
+    when="torchscript",
+    aliases=False,
+))
+
+
 # --- int() and isinstance() of a size, for the model-code stand-ins of int_calls.py (issue #47, 9) ---------------
 # demucs v2's ``valid_length`` ends in ``return int(length)`` (demucs/demucs.py:397) and torchaudio's HDemucs takes
 # ``le = int(math.ceil(x.shape[-1] / hl))`` (_hdemucs.py:479), ``int(x.shape[-1])`` (:923, :943): Python's
