@@ -269,6 +269,26 @@ def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int],
     return out
 
 
+class FarSizes(dict):
+    """Sizes far past the example, checked where the trace froze a size: a check the eager model may refuse
+    (a table it holds only so long), which then drops it rather than failing the export."""
+
+
+FAR = 4  # the far check's lengths, times the example's: where the loop lifts are checked too (issue #47)
+
+
+def far_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int], known: Sequence[Mapping[str, int]] = ()
+              ) -> Optional[FarSizes]:
+    """B=1 and every other dynamic dim at ``FAR`` times the example (within its bounds): a size the trace froze
+    (a TracerWarning) can hold near the example and fail only past it, as an FFT length rounded up from the
+    example's does. None when no dim grows past the shapes already ``known``."""
+    dims = {dim.name: dim for spec in inputs for dim in spec.dynamic_axes().values()}
+    batch = {dim.name for spec in inputs for axis, dim in spec.dynamic_axes().items() if axis == 0}
+    sizes = FarSizes({name: _clamp(dim, 1 if name in batch else example[name] * FAR) for name, dim in dims.items()})
+    grows = any(all(sizes[name] > k.get(name, 0) for k in known) for name in dims if name not in batch)
+    return sizes if grows else None
+
+
 def check_examples(inputs: Sequence[TensorSpec], examples) -> List[Dict[str, torch.Tensor]]:
     """User examples ``[{onnx_name: tensor}, ...]`` as tensors in ONNX order, checked against the specs.
 

@@ -3,7 +3,7 @@
 B = 1 included, one of them far past the example (a frozen FFT length holds near the example only)."""
 from onnx_compat.testing import PatchCase, patch_case_tests
 
-from pattern_models_round5 import FastLengthConvolution, SizeReciprocal
+from pattern_models_round5 import BoundedTable, FastLengthConvolution, SizeReciprocal
 import torch
 
 
@@ -27,3 +27,55 @@ test_round5_pattern_exports, test_round5_vanilla_fails_as_recorded = patch_case_
 def test_eager_is_untouched_inside_patched():
     for case in CASES:
         case.assert_eager_untouched()
+
+
+# --- a size the trace froze is checked far from the example -----------------------------------------------------
+
+def test_far_sizes_are_one_batch_four_times_the_example_within_bounds():
+    from onnx_compat import Dim, TensorSpec
+    from onnx_compat.spec import far_sizes, verification_sizes
+    b, t = Dim("batch"), Dim("time", max=100)
+    inputs = [TensorSpec("x", [b, t, 8])]
+    example = {"batch": 2, "time": 37}
+    assert far_sizes(inputs, example) == {"batch": 1, "time": 100}
+    near = verification_sizes(inputs, example)
+    assert far_sizes([TensorSpec("x", [b, Dim("time"), 8])], example, near) == {"batch": 1, "time": 148}
+    assert far_sizes([TensorSpec("x", [b, Dim("time", max=50), 8])], example, near) is None  # 53 checked already
+
+
+def test_a_frozen_size_that_holds_near_the_example_is_caught_far_from_it(tmp_path):
+    """The FFT length scipy rounds up, frozen at the example's (the patch that keeps it in the graph set aside):
+    the graph passes at the three shapes near the example, and is wrong past it. Where the trace froze a size,
+    export() checks once more at B=1 and four times the example's length; the error names that shape and the
+    line that froze it, and nothing is written."""
+    from onnx_compat import Dim, TensorSpec, export, verify
+    from onnx_compat.errors import ExportError
+    import pytest
+    b, t = Dim("batch"), Dim("time")
+    io = dict(inputs=[TensorSpec("x", [b, t, 8])], outputs=[TensorSpec("y", [b, t, 8])])
+    model = FastLengthConvolution().eval()
+    with pytest.raises(ExportError) as raised:
+        export(model, str(tmp_path / "m.onnx"), exporter="torchscript", patches={"exclude": ["fast_fft_lengths"]},
+               **io)
+    text = str(raised.value)
+    frozen = f"pattern_models_round5.py:{FastLengthConvolution.forward.__code__.co_firstlineno + 3}"
+    assert "at sizes {'batch': 1, 'time': 148}" in text and "frozen into the graph by Python code at" in text \
+        and frozen in text, text[:1500]
+    assert not (tmp_path / "m.onnx").exists()
+    # the same graph passes at the near shapes: what the far check adds
+    import onnx_compat
+    with onnx_compat.patched(exclude=["fast_fft_lengths"]):
+        torch.onnx.export(model, _x(2, 37, 0), str(tmp_path / "near.onnx"), dynamo=False, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch", 1: "time"}, "y": {0: "batch", 1: "time"}})
+    assert all(c.ok for c in verify(str(tmp_path / "near.onnx"), model, **io))
+
+
+def test_a_far_check_the_model_refuses_is_dropped_not_failed(tmp_path):
+    """A model that holds a table only so long refuses the far length: that check is not made, and the export
+    verifies at the shapes it takes."""
+    from onnx_compat import Dim, TensorSpec, export
+    b, t = Dim("batch"), Dim("time")
+    report = export(BoundedTable(), str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
+                    [TensorSpec("y", [b, t, 8])], exporter="torchscript")
+    checked = [c["sizes"]["time"] for c in report.verification]
+    assert 148 not in checked and all(c["ok"] for c in report.verification) and report.warnings["baked"], report
