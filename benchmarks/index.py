@@ -33,7 +33,7 @@ README = os.path.join(HERE, "README.md")
 COSTS = ("fast", "slow")
 HELPERS = {"common.py", "index.py", "latency_timing.py", "readme_block.py",
            "sweep/sweep_models.py", "sweep/sweep_models2.py", "sweep/sweep_models3.py",
-           "sweep/sweep_models3b.py", "sweep/sweep_models4.py", "sweep/sweep_patterns.py", "sweep/sweep_run.py"}
+           "sweep/sweep_models3b.py", "sweep/sweep_models4.py", "sweep/sweep_models5.py", "sweep/sweep_patterns.py", "sweep/sweep_run.py"}
 
 
 @dataclass
