@@ -23,8 +23,10 @@ carrying (``c = c_t``) is read after the loop as the final state.
 
 What is not lifted is refused by ``loops.py`` naming the line and the reason (a subscript store such as a
 mask zeroed row by row, ``break``, a list read otherwise than stacked, a carried value that is not a
-tensor, a body the scan cannot trace, a step that assigns state to a module: ``scan_traces.py``). The checks are on the source, before anything runs (``scan_plans.py``), so a loop
-that is lifted computes exactly what its Python loop computes, step by step.
+tensor, a body the scan cannot trace: ``scan_traces.py``). State a step keeps on modules (``self.mem = ...``)
+is carried by the scan as one more part of its state (``module_state.py``); a Python value it changes there is
+refused. The checks are on the source, before anything runs (``scan_plans.py``), so a loop that is lifted
+computes exactly what its Python loop computes, step by step.
 """
 from __future__ import annotations
 
