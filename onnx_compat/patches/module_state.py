@@ -39,6 +39,12 @@ def _tensors(value) -> bool:
     return bool(leaves) and all(isinstance(v, torch.Tensor) for v in leaves)
 
 
+def _changes_a_number(module, name: str, value) -> bool:
+    """A Python number, flag or string on a module set to another one (a tensor cleared to None is no such)."""
+    old = getattr(module, name, value)
+    return isinstance(value, _PLAIN) and isinstance(old, _PLAIN) and old != value
+
+
 class Kept:
     """The (module, attribute) pairs a step writes tensors to, in the order first written; a value is carried
     as its tensors, flat, and put back in its own structure."""
@@ -58,7 +64,7 @@ class Kept:
             if _tensors(value):
                 if not any(m is module and n == name for m, n in sites):
                     sites.append((module, name))
-            elif isinstance(value, _PLAIN) and getattr(module, name, value) != value:
+            elif _changes_a_number(module, name, value):
                 raise NotLiftable(f"its step changes {type(module).__name__}.{name} (a Python "
                                   f"{type(value).__name__}, {getattr(module, name)!r} -> {value!r}) on the module: "
                                   f"a scan runs one traced step, so such a value would change once, not every step")
