@@ -247,8 +247,8 @@ def example_inputs(inputs: Sequence[TensorSpec], checked: Sequence[Mapping[str, 
     return example, tuple(make_inputs(inputs, example, seed=seed).values())
 
 
-def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int], count: int = 3) -> List[Dict[str, int]]:
-    """Sizes the export never saw: B=1 first, then other batch and time sizes."""
+def _dynamic_dims(inputs: Sequence[TensorSpec]) -> Tuple[Dict[str, Dim], set]:
+    """Each named dynamic dim of the inputs (its first declaration), and the names that lead a tensor (batch)."""
     dims: Dict[str, Dim] = {}
     batch_names = set()
     for spec in inputs:
@@ -256,6 +256,12 @@ def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int],
             dims.setdefault(dim.name, dim)
             if axis == 0:
                 batch_names.add(dim.name)
+    return dims, batch_names
+
+
+def verification_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int], count: int = 3) -> List[Dict[str, int]]:
+    """Sizes the export never saw: B=1 first, then other batch and time sizes."""
+    dims, batch_names = _dynamic_dims(inputs)
     factors = [(1, 0.62), (None, 1.43), (2, 0.81), (5, 1.17)]
     out = []
     for batch, scale in factors[:max(count, 3)]:
@@ -282,11 +288,18 @@ def far_sizes(inputs: Sequence[TensorSpec], example: Mapping[str, int], known: S
     """B=1 and every other dynamic dim at ``FAR`` times the example (within its bounds): a size the trace froze
     (a TracerWarning) can hold near the example and fail only past it, as an FFT length rounded up from the
     example's does. None when no dim grows past the shapes already ``known``."""
-    dims = {dim.name: dim for spec in inputs for dim in spec.dynamic_axes().values()}
-    batch = {dim.name for spec in inputs for axis, dim in spec.dynamic_axes().items() if axis == 0}
+    dims, batch = _dynamic_dims(inputs)
     sizes = FarSizes({name: _clamp(dim, 1 if name in batch else example[name] * FAR) for name, dim in dims.items()})
     grows = any(all(sizes[name] > k.get(name, 0) for k in known) for name in dims if name not in batch)
     return sizes if grows else None
+
+
+def with_far_sizes(sizes: Optional[List[Dict[str, int]]], inputs: Sequence[TensorSpec],
+                   example: Mapping[str, int]) -> List[Dict[str, int]]:
+    """``sizes`` (None: the default three) and the far check, where it reaches past them."""
+    sizes = sizes or verification_sizes(inputs, example)
+    far = far_sizes(inputs, example, sizes)
+    return sizes if far is None else sizes + [far]
 
 
 def check_examples(inputs: Sequence[TensorSpec], examples) -> List[Dict[str, torch.Tensor]]:

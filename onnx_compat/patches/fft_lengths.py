@@ -11,18 +11,14 @@ the input in the graph. Where a model used the rounded length otherwise, verific
 """
 from __future__ import annotations
 
-import torch
-
 from onnx_compat.patches.registry import Patch, register
-from onnx_compat.patches.size_math import traced_size
+from onnx_compat.patches.size_math import symbolic_size, traced_size
 from onnx_compat.patches.when import dynamo_exporting, torchscript_exporting
 
 
 def _traced_size(value) -> bool:
     """A size the export follows: dynamo's symbolic int, or TorchScript's traced 0-d integer tensor."""
-    if isinstance(value, torch.SymInt):
-        return dynamo_exporting() and not isinstance(value.node.maybe_as_int(), int)
-    return torchscript_exporting() and traced_size(value)
+    return (dynamo_exporting() and symbolic_size(value)) or (torchscript_exporting() and traced_size(value))
 
 
 def _the_size_itself(wrapped, instance, args, kwargs):

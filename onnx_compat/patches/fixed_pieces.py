@@ -27,10 +27,10 @@ from onnx_compat.patches.registry import register
 from onnx_compat.patches.when import dynamo_exporting
 from . import memory_chunks
 from ._calls import tensor_call
+from .size_math import symbolic_size
 from .recurrent import _refuse  # remembered: torch.onnx.export retries, then it is raised again
 
 NAME = "fixed_pieces"
-_SymInt = getattr(torch, "SymInt", None)
 
 
 def _model_frame():
@@ -42,10 +42,6 @@ def _model_frame():
     if frame is None or frame.f_globals.get("__name__", "").split(".")[0] in ("torch", "onnx_compat"):
         return None
     return frame
-
-
-def _is_dynamic(size) -> bool:
-    return _SymInt is not None and isinstance(size, _SymInt) and bool(size.node.expr.free_symbols)
 
 
 class Pieces:
@@ -67,7 +63,7 @@ class Pieces:
     def _real(self) -> tuple:
         if self._pieces is None:
             length = self.x.shape[self.dim]
-            if dynamo_exporting() and _is_dynamic(length):
+            if dynamo_exporting() and symbolic_size(length):
                 if memory_chunks.whole_here(self.where):  # a cut that only saves memory: one piece
                     self._pieces = (self.x,)
                     return self._pieces
@@ -131,7 +127,7 @@ def _split(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     x, size, dim = bound["tensor"], bound["split_size_or_sections"], bound["dim"]
     if dynamo_exporting():
-        if not _is_dynamic(x.shape[dim]):
+        if not symbolic_size(x.shape[dim]):
             return wrapped(*args, **kwargs)
         return Pieces(x, size, dim, lambda: wrapped(*args, **kwargs), f"{frame.f_code.co_filename}:{frame.f_lineno}")
     cut = CutPieces(wrapped(*args, **kwargs))
@@ -150,10 +146,10 @@ def _chunk(wrapped, instance, args, kwargs):
     if type(bound["chunks"]) is int:
         return _even_chunks(wrapped, args, kwargs, bound["input"], bound["chunks"], bound["dim"],
                             f"{frame.f_code.co_filename}:{frame.f_lineno}")
-    if not _is_dynamic(bound["chunks"]):
+    if not symbolic_size(bound["chunks"]):
         return wrapped(*args, **kwargs)
     x, dim = bound["input"], bound["dim"]
-    if not _is_dynamic(x.shape[dim]) or x.shape[dim].node.expr != bound["chunks"].node.expr:
+    if not symbolic_size(x.shape[dim]) or x.shape[dim].node.expr != bound["chunks"].node.expr:
         return wrapped(*args, **kwargs)
     return Pieces(x, 1, dim, lambda: wrapped(*args, **kwargs), f"{frame.f_code.co_filename}:{frame.f_lineno}",
                   f"x.chunk({bound['chunks']}, dim={dim})")
@@ -167,7 +163,7 @@ def _even_chunks(wrapped, args, kwargs, x: torch.Tensor, chunks: int, dim: int, 
     Any other chunk (a size that need not divide, where the count does depend on it) is torch's, its line kept
     for the capture's error (``counted_chunks``)."""
     size = x.shape[dim] if -x.dim() <= dim < x.dim() else None
-    if chunks < 1 or not _is_dynamic(size):
+    if chunks < 1 or not symbolic_size(size):
         return wrapped(*args, **kwargs)
     if not _divides(size, chunks):
         if chunks > 1 and memory_chunks.whole_here(where):  # a cut that only saves memory: one piece

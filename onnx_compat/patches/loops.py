@@ -51,6 +51,7 @@ from .recurrent import _refuse
 from . import constant_ranges, range_names, scan_loops, source_rewrites
 from .batch_rows import BatchRow
 from .unrolled_rows import remember_rows
+from .size_math import symbolic_size
 from .when import torchscript_exporting
 
 _SymInt = getattr(torch, "SymInt", None)
@@ -73,12 +74,6 @@ def _model_frame():
         return None
     module = frame.f_globals.get("__name__", "")
     return None if module.split(".")[0] == "torch" or module.startswith(__package__) else frame
-
-
-def _is_dynamic(size) -> bool:
-    if _SymInt is None or not isinstance(size, _SymInt):
-        return False
-    return bool(getattr(size.node, "expr", None) is not None and size.node.expr.free_symbols)
 
 
 def _refuse_at(frame, what: str, size, why: str = "") -> None:
@@ -117,10 +112,10 @@ def _unbind(wrapped, instance, args, kwargs):
     frame = _model_frame()
     if frame is not None and isinstance(x, torch.Tensor) and isinstance(b["dim"], int) and x.dim() > 0:
         size = x.shape[b["dim"]]
-        if _is_dynamic(size) and b["dim"] % x.dim() == 0 and _iterating() and _rows_are_padded() \
+        if symbolic_size(size) and b["dim"] % x.dim() == 0 and _iterating() and _rows_are_padded() \
                 and not scan_loops.planned(frame):
             return (BatchRow(x),)  # every row at once: a length regulator is lifted (batch_rows.py)
-        if _is_dynamic(size):
+        if symbolic_size(size):
             dim = b["dim"] % x.dim()
             via_iter = _iterating()
 
@@ -205,7 +200,7 @@ def _index(wrapped, instance, args, kwargs):
     (its guard specialises the dim, naming no line) is refused: ``len(tensor)`` and other int uses are left
     to torch, whose strict retry keeps some of them symbolic (ECAPA-style masks: ``expand(len(lengths), L)``)."""
     frame = _model_frame()
-    if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
+    if frame is not None and symbolic_size(instance) and called_name(frame.f_code, frame.f_lasti) == "range":
         same = constant_ranges.example_index(frame, instance)
         if same is not None:
             return same  # the range's steps are the same numbers at every size (constant_ranges.py)
@@ -213,9 +208,9 @@ def _index(wrapped, instance, args, kwargs):
         if why is None:  # the loop ran as a scan: its range made empty, no Python step
             return scan_loops.emptied_range(scan_loops.loop_at(frame), frame)
         _refuse_at(frame, "range() takes", instance, why)
-    if frame is not None and _is_dynamic(instance) and _math_call(frame):
+    if frame is not None and symbolic_size(instance) and _math_call(frame):
         return _past_the_most(frame, instance, "a math function takes")
-    if frame is not None and _is_dynamic(instance) and called_name(frame.f_code, frame.f_lasti) == "float":
+    if frame is not None and symbolic_size(instance) and called_name(frame.f_code, frame.f_lasti) == "float":
         _refuse(f"{frame.f_code.co_filename}:{frame.f_lineno}: float() of the dynamic size {instance.node.expr} "
                 f"goes through SymInt.__index__, which specialises the dim to the example's value (a size ratio "
                 f"as a Python float). The model's own float() calls keep a size in the graph while onnx_compat "
@@ -238,7 +233,7 @@ def _bit_length(wrapped, instance, args, kwargs):
     value; torch then specialises the dim (``DimSpecialized``, naming no line): taken one past the declared
     maximum, or refused where it is taken (``_past_the_most``)."""
     frame = _model_frame()
-    if frame is not None and _is_dynamic(instance):
+    if frame is not None and symbolic_size(instance):
         return _past_the_most(frame, instance, "bit_length() takes").bit_length()
     return wrapped(*args, **kwargs)
 

@@ -41,11 +41,7 @@ from onnx_compat.patches.registry import Patch, register
 from ._calls import tensor_call
 from .when import dynamo_exporting, torchscript_exporting
 from ._static import static_ints
-
-
-def _is_dynamic(size) -> bool:
-    expr = getattr(getattr(size, "node", None), "expr", None)
-    return expr is not None and bool(expr.free_symbols)
+from .size_math import symbolic_size
 
 
 def _is_static_one(size) -> bool:
@@ -142,7 +138,7 @@ def runtime_strides(x: torch.Tensor, stride):
     own = x.stride()
     out = []
     for s in stride:
-        if not (torchscript_exporting() or _is_dynamic(s)):
+        if not (torchscript_exporting() or symbolic_size(s)):
             out.append(s)  # dynamo: only a symbolic stride becomes a sym_stride node
             continue
         j = next((j for j, t in enumerate(own) if not (isinstance(t, int) and t <= 1) and _same_size(s, t)), None)

@@ -76,6 +76,12 @@ def _from_sizes(value, seen: Optional[Dict[int, bool]] = None) -> bool:
 _SymInt = getattr(torch, "SymInt", None)
 
 
+def symbolic_size(value) -> bool:
+    """A size dynamo follows: a ``SymInt`` whose expression holds a free symbol (not one made the example's number)."""
+    expr = getattr(value.node, "expr", None) if _SymInt is not None and isinstance(value, _SymInt) else None
+    return expr is not None and bool(expr.free_symbols)
+
+
 def traced_size(obj) -> bool:
     """A 0-d integer tensor the TorchScript tracer made from sizes (``x.shape[1]``, ``x.shape[1] // 4``)."""
     if not isinstance(obj, torch.Tensor) or obj.dim() != 0 or obj.is_floating_point() or obj.is_complex():

@@ -20,6 +20,9 @@ from onnx_compat.errors import CaptureError
 # TracerWarnings whose cause is a value frozen into the graph.
 _BAKED = re.compile(r"Converting a tensor to a Python|Iterating over a tensor|"
                     r"torch\.tensor results are registered as constants|might cause the trace to be incorrect")
+# Of those, a traced value made a Python number or bool (a size frozen, a branch on one taken as at the example);
+# ``torch.as_tensor`` of constants warns too, and is no such sign.
+_CONVERTED = re.compile(r"Converting a tensor to a Python")
 # Noise every export raises; nothing the user can act on.
 _NOISE = re.compile(r"legacy TorchScript-based ONNX export|Constant folding - Only steps=1|"
                     r"LeafSpec|torchvision is not installed|Exporting a model while it is in training mode|"
@@ -33,6 +36,12 @@ def _noise(record: warnings.WarningMessage) -> bool:
         return True
     return issubclass(record.category, (DeprecationWarning, FutureWarning)) and \
         os.path.abspath(record.filename or "").startswith(_TORCH_DIR)
+
+
+def froze_a_value(baked: Sequence[str]) -> bool:
+    """The trace made a traced value a Python number or bool (``Captured.baked``): its graph may hold near the
+    example and fail only past it, so verification looks far from it too (``spec.with_far_sizes``)."""
+    return any(_CONVERTED.search(warning) for warning in baked)
 
 
 @dataclass

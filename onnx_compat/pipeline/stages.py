@@ -26,13 +26,13 @@ from onnx_compat.pipeline import capture, dims, draw_inputs, first_cause, releas
 from onnx_compat.pipeline.files import write_atomically
 from onnx_compat.int_repair import repair_int_types, repaired_while_exporting
 from onnx_compat.model_state import preserved
-from onnx_compat.pipeline.capture_said import baked_hint, counted_hint
+from onnx_compat.pipeline.capture_said import baked_hint, counted_hint, froze_a_value
 from onnx_compat.pipeline.openvino_fixes import fix_for_openvino
 from onnx_compat.pipeline.report import Attempt, Report
 from onnx_compat.pipeline.request import ExportRequest
 from onnx_compat.pipeline.steps import model_writer
 from onnx_compat.pipeline.verification import reference_cases, verify as verify_model
-from onnx_compat.spec import TensorSpec, far_sizes, verification_sizes
+from onnx_compat.spec import TensorSpec, with_far_sizes
 
 
 PUT_OFF = "put off"  # an attempt's stage: its trace depends on the example's sizes, and dynamo went first
@@ -81,7 +81,8 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
     # one more shape at a multiple of each divisor of a size's remainder, in the trace or the graph
     sizes = size_remainders.shapes(subject.inputs, subject.example,
                                    captured.remainders + size_remainders.divisors_in_graph(proto))
-    sizes = _far_if_frozen(sizes, subject, captured.baked)
+    if froze_a_value(captured.baked):  # such a graph can hold near the example and fail only past it
+        sizes = with_far_sizes(sizes, subject.inputs, subject.example)
     if _wants_cleanup(request.cleanup, strategy.name, proto):
         request.tell(f"cleanup and verification ({strategy.name})" if request.verify else f"cleanup ({strategy.name})")
         proto, results = _cleaned(proto, record, request, spill, serialized, sizes)
@@ -93,22 +94,6 @@ def attempt(strategy, request: ExportRequest, spill, record: Attempt) -> Graph:
             record.timings["verify"] = time.perf_counter() - t1
     record.ok, record.seconds = True, time.perf_counter() - t0
     return Graph(proto, results, record)
-
-
-_CONVERTED = "Converting a tensor to a Python"  # TracerWarnings of a traced value made a Python number or bool
-
-
-def _far_if_frozen(sizes, subject, baked):
-    """Where the trace made a traced value a Python number or bool (a TracerWarning: a size frozen, or a branch
-    on one taken as at the example), one more check far past the example (``spec.far_sizes``): such a graph can
-    hold at the shapes near the example and fail only past it (a Mega LM's FFT length, rounded up from the
-    example's: 3.4e-5 at T = 53, 5e-4 at 60, failing at 150). ``torch.as_tensor`` of constants warns too, and
-    is no such sign."""
-    if not any(_CONVERTED in warning for warning in baked):
-        return sizes
-    sizes = sizes or verification_sizes(subject.inputs, subject.example)
-    far = far_sizes(subject.inputs, subject.example, sizes)
-    return sizes if far is None else sizes + [far]
 
 
 def failed(exc: BaseException, record: Attempt, request: ExportRequest, seconds: float,
