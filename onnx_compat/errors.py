@@ -118,6 +118,12 @@ class EmptySkip(RewriteAsked):
     (``patches/empty_skips.py``) instead of a guard on a value of the data."""
 
 
+class GradientInForward(UnsupportedPattern):
+    """``torch.autograd.grad`` called by the model's forward (marginals as the gradient of a log partition,
+    forces as the gradient of an energy), met by a capture that records no backward pass; dynamo's capture
+    answers it by tracing the model again below autograd (``patches/autograd_in_forward.py``)."""
+
+
 class SpectralError(OnnxCompatError, RuntimeError):
     """A complex-valued call the spectral patches cannot write as real ops."""
 

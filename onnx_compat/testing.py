@@ -57,7 +57,8 @@ def session_of(proto_or_session: Union[onnx.ModelProto, bytes, str, Any]):
 def eager_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list:
     with torch.no_grad():
         out = model(*inputs)
-    return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
+    # a gradient taken inside forward with create_graph=True needs grad even under no_grad
+    return [t.detach().numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
 
 
 def runtime_outputs(session, inputs: Sequence[torch.Tensor], where: str = "") -> list:

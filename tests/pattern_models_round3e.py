@@ -88,3 +88,21 @@ class ViterbiBacktrace(nn.Module):
                 best.append(hist[row][best[-1]].item())
             paths.append(torch.tensor(best[::-1]))
         return torch.stack(paths)
+
+
+class EnergyForces(nn.Module):
+    """Forces as the negative gradient of a learned energy, as interatomic-potential models return them: an
+    energy from each position and from every pair's distance, then ``torch.autograd.grad`` of it with respect
+    to the positions inside forward (no graph kept: ``create_graph`` left False)."""
+
+    def __init__(self, dim: int = 3, hidden: int = 16):
+        super().__init__()
+        self.energy = nn.Sequential(nn.Linear(dim, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+    def forward(self, positions):  # [B, T, 3]
+        with torch.enable_grad():
+            p = positions.detach().requires_grad_(True)
+            pairs = (p.unsqueeze(1) - p.unsqueeze(2)).pow(2).sum(-1)
+            energy = self.energy(p).sum() + torch.exp(-pairs).sum()
+            forces, = torch.autograd.grad(energy, p)
+        return -forces

@@ -17,17 +17,18 @@ The non-strict attempt is also where a branch on a tensor's value stops the capt
 ``DataDependentBranch`` at the model's line): one whose sides only bind names is captured again with that
 ``if`` as ``torch.where`` of both sides, and a ``range`` of a dynamic size bound to a name before its ``for``
 is captured again with the range written in the ``for`` (``source_rewrites.captured``, the rules in ``REWRITES``),
-so this wrapper is the one hook on torch.onnx's non-strict capture.
+and a model whose forward calls ``torch.autograd.grad`` is captured again below autograd, where its backward
+pass is recorded (``autograd_in_forward``): this wrapper is the one hook on torch.onnx's non-strict capture.
 """
 from __future__ import annotations
 
 import threading
 
-from onnx_compat.errors import UnsupportedPattern, raised_from
+from onnx_compat.errors import GradientInForward, UnsupportedPattern, raised_from
 from onnx_compat.patches.patch import idle
 from onnx_compat.patches.registry import Patch, register
 
-from . import empty_skips, range_names, size_branches, source_rewrites, value_branches
+from . import autograd_in_forward, empty_skips, range_names, size_branches, source_rewrites, value_branches
 
 # what the non-strict capture answers by running again with the model's function rewritten at the line it names
 REWRITES = (value_branches.RULE, range_names.RULE, size_branches.RULE, empty_skips.RULE)
@@ -52,16 +53,34 @@ def _capture(wrapped, instance, args, kwargs):
             raise refusal
         idle(_NAME)
         return wrapped(*args, **kwargs)
-    _last.refusal = None
+    _last.refusal, below = None, []
     try:  # a branch on a tensor's value whose sides only bind names is traced as torch.where of both sides
-        result, taken = source_rewrites.captured(lambda: wrapped(*args, **kwargs), REWRITES)
+        result, taken = source_rewrites.captured(lambda: _non_strict(wrapped, args, kwargs, below), REWRITES)
     except Exception as exc:
         _last.refusal = refusal_in(exc)
         idle(_NAME)
         raise
-    if not taken:
+    if not taken and not below:
         idle(_NAME)
     return result
+
+
+def _non_strict(wrapped, args, kwargs, below: list):
+    """torch.onnx's non-strict capture; a model that calls ``torch.autograd.grad`` is captured again below
+    autograd (told to ``below``; the rewrites of ``REWRITES`` still apply: this runs inside
+    ``source_rewrites.captured``)."""
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception as exc:
+        if raised_from(exc, GradientInForward) is None:
+            raise
+        model, model_args, model_kwargs, dynamic_shapes = _capture_arguments(*args, **kwargs)
+        below.append(exc)
+        return autograd_in_forward.captured_with_backward(model, model_args, model_kwargs, dynamic_shapes)
+
+
+def _capture_arguments(model, args, kwargs, dynamic_shapes):
+    return model, args, kwargs, dynamic_shapes
 
 
 register(Patch(
