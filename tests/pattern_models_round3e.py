@@ -106,3 +106,17 @@ class EnergyForces(nn.Module):
             energy = self.energy(p).sum() + torch.exp(-pairs).sum()
             forces, = torch.autograd.grad(energy, p)
         return -forces
+
+
+class CheckedMarginals(nn.Module):
+    """torch-struct's path to its marginals: the lengths checked against the chart (``assert max(lengths) <=
+    N``, a value check), a masked partition, then its gradient. Below autograd the tensors traced are
+    functional tensors, whose own ``bool()`` the check must be seen through."""
+
+    def forward(self, potentials, lengths):  # [B, T, C, C], [B]
+        assert max(lengths) <= potentials.shape[1], "Length longer than edge scores"
+        with torch.enable_grad():
+            edges = potentials.detach().requires_grad_(True)
+            mask = torch.arange(potentials.shape[1])[None, :] < lengths[:, None]
+            log_z = (edges.logsumexp((2, 3)) * mask).sum()
+            return torch.autograd.grad(log_z, edges, create_graph=True)[0]

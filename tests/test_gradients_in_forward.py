@@ -59,3 +59,28 @@ def test_torchscript_names_the_call_and_the_exporter_that_takes_it(tmp_path):
     report = onnx_compat.export(EnergyForces(), str(tmp_path / "auto.onnx"), exporter="auto", **io)
     assert report.exporter == "dynamo" and all(v["ok"] for v in report.verification), report.verification
     assert {v["sizes"]["batch"] for v in report.verification} >= {1}
+
+
+def test_a_value_check_before_the_gradient_is_kept_as_a_check(tmp_path):
+    """``assert max(lengths) <= N`` ahead of the gradient: below autograd a functional tensor's ``bool()`` is
+    taken as the check it is (it stopped the capture at a data-dependent guard), and the graph matches the
+    unpatched eager model with mixed lengths at new sizes, B = 1 included; zero past each length."""
+    import numpy as np
+    from onnx_compat.testing import session_of
+    from pattern_models_round3e import CheckedMarginals
+    t = Dim("time", min=3, example=11)
+    report = onnx_compat.export(
+        CheckedMarginals(), str(tmp_path / "m.onnx"), exporter="dynamo",
+        inputs=[TensorSpec("data", [Dim("batch"), t, 4, 4], lengths=[1], lengths_dtype=torch.int64)],
+        outputs=[TensorSpec("marginals", [Dim("batch"), t, 4, 4])])
+    assert "value_checks" in report.attempts[-1].acted, report.attempts[-1].acted
+    session, model = session_of(str(tmp_path / "m.onnx")), CheckedMarginals().eval()
+    g = torch.Generator().manual_seed(7)
+    for B, T in ((1, 3), (3, 40), (2, 5)):
+        x = torch.randn(B, T, 4, 4, generator=g)
+        n = torch.randint(1, T + 1, (B,), generator=g)
+        n[0] = T
+        want = model(x, n).detach().numpy()
+        got = session.run(None, {"data": x.numpy(), "data:size1": n.numpy()})[0]
+        assert np.abs(got - want).max() < 1e-5, (B, T, np.abs(got - want).max())
+        assert np.abs(want).max() > 0.05 and (want[-1, int(n[-1]):] == 0).all(), (B, T)

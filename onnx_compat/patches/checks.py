@@ -189,6 +189,9 @@ def _caller():
     return frame
 
 
+_FUNCTIONAL_BOOL = "torch._subclasses.functional_tensor:FunctionalTensor.__bool__"
+
+
 def _bool(wrapped, instance, args, kwargs):
     if torchscript_exporting():
         return _traced_bool(wrapped, instance, args, kwargs)
@@ -274,7 +277,10 @@ register(Patch(
                 "exporter (the non-raising branch is traced, the check kept as torch._assert_async) nor "
                 "count as baked constants under TorchScript; a branch whose body only stores into tensors "
                 "(if d.sum() == 0: d[mask] = 1) is traced with its stores conditional (guarded_stores)",
-    targets=("torch:Tensor.__bool__",),
+    # a capture below autograd (a gradient taken in forward: autograd_in_forward.py) traces functional tensors,
+    # whose own __bool__ reads item() without asking Tensor.__bool__
+    targets=("torch:Tensor.__bool__", _FUNCTIONAL_BOOL),
+    optional=(_FUNCTIONAL_BOOL,),
     wrapper=_bool,
     when="export",
     requires=("guarded_stores",),
