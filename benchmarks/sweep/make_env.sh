@@ -34,9 +34,9 @@ V="$VENV/bin"
     webrtcvad-wheels==2.0.14.post1 lion-pytorch==0.2.5 accelerate==1.15.0
 "$V/pip" install -q -c <(echo torch==2.13.0) typeguard torch-complex kaldiio omegaconf intervaltree cytoolz \
     safetensors audioread click tabulate coqpit-config rapidfuzz six
-# round three (#47, sweep_models3.py and sweep_models3b.py) and the round-four probe (sweep_models4.py): each list pinned,
+# round three (#47, sweep_models3.py and sweep_models3b.py) and the probes of rounds four and five (sweep_models4.py, sweep_models5.py): each list pinned,
 # --no-deps beside the pinned torch, then the pure-Python modules their model code imports
-for half in round3a round3b round4; do
+for half in round3a round3b round4 round5; do
     "$V/pip" install -q --no-deps -r "$ROOT/benchmarks/sweep/$half-libraries.txt"
     "$V/pip" install -q -c <(echo torch==2.13.0) -r "$ROOT/benchmarks/sweep/$half-support.txt"
 done
