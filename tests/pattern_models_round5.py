@@ -2,8 +2,11 @@
 neither exporter followed, each as such code writes it."""
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from scipy.fft import next_fast_len
 
 
@@ -45,3 +48,30 @@ class BoundedTable(nn.Module):
         if n > self.table.shape[0]:
             raise ValueError(f"at most {self.table.shape[0]} steps")
         return x + self.table[:x.shape[1]]
+
+
+def _pad_seq_to_multiple(t, mult):
+    """simple-hierarchical-transformer's helper, as it is written: an early return where nothing is to pad."""
+    seq_len = t.shape[-2]
+    next_seq_len_mult = math.ceil(seq_len / mult) * mult
+    remainder = next_seq_len_mult - seq_len
+    if remainder == 0:
+        return t, seq_len
+    t = F.pad(t, (0, 0, 0, remainder), value=0.)
+    return t, seq_len
+
+
+class EarlyReturnPad(nn.Module):
+    """A coarser hierarchy: time padded to a multiple of 2 (``_pad_seq_to_multiple``), pairs of frames averaged,
+    spread back over the frames and cut to the input's length. At an even example the early return is the side
+    traced."""
+
+    def __init__(self, d: int = 8, mult: int = 2):
+        super().__init__()
+        self.mult, self.proj = mult, nn.Linear(d, d)
+
+    def forward(self, x):  # [B, T, D]
+        padded, n = _pad_seq_to_multiple(x, self.mult)
+        b, t, d = padded.shape
+        coarse = padded.reshape(b, t // self.mult, self.mult, d).mean(2)
+        return x + self.proj(coarse.repeat_interleave(self.mult, dim=1)[:, :n])

@@ -107,6 +107,26 @@ def test_only_pads_and_fills_behind_comparisons_of_sizes_are_rewritten():
     _rewritten_forms(size_branches._why_not, forms)
 
 
+def test_an_early_return_is_folded_only_where_the_later_return_is_the_same():
+    """``if c: return E`` then pads and ``return E`` again is ``if not c:`` the pads, then ``return E``, whatever
+    the sizes: folded and run at every size. Another value returned later (local-attention's ``return False, t``
+    then ``return True, F.pad(...)``), another statement on the way, or no return after it: left as it was."""
+    def folded(source):
+        definition = ast.parse(source).body[0]
+        branch = next(n for n in ast.walk(definition) if isinstance(n, ast.If))
+        found = size_branches._early_return(branch, definition)
+        return "not this form" if found is None else size_branches._why_not(found[0], definition)
+    head = "def f(t, m):\n    r = (-t.shape[-2]) % m\n    if r == 0:\n        return t, m\n"
+    assert folded(head + "    t = F.pad(t, (0, 0, 0, r))\n    return t, m\n") is None
+    assert folded("def f(t, m):\n    r = t.shape[1] % m\n    if not r:\n        return t\n"
+                  "    t = F.pad(t, (0, m - r))\n    return t\n") is None
+    for rest in ("    return True, F.pad(t, (0, 0, 0, r))\n",                     # another value
+                 "    t = F.pad(t, (0, 0, 0, r))\n    return t * 2, m\n",       # another expression
+                 "    t = F.pad(t, (0, 0, 0, r))\n    t = t * 2\n    return t, m\n",  # not only pads
+                 "    t = F.pad(t, (0, 0, 0, r))\n"):                            # no return after
+        assert folded(head + rest) is not None, rest
+
+
 def _rewritten_forms(why_not, forms):
     """Each source's first statement is rewritten (None) or refused with the reason given."""
     for source, why in forms.items():

@@ -30,6 +30,12 @@ condition is taken once, before the body, as 1 or 0 in integer arithmetic of the
 further on: "KeyError: ITE", HDemucs' encoder), and the body runs at every size with each pad's widths and each
 fill's mask times it. Where the condition is false nothing is padded or filled, and the names it binds are
 read by nothing else, so the graph computes both sides of the branch. Other size branches are left as they were.
+
+A pad to a multiple written with an early return (simple-hierarchical-transformer's ``pad_seq_to_multiple``:
+``if remainder == 0: return t, seq_len``, then ``t = F.pad(t, ...)`` and ``return t, seq_len``) is the same
+function as ``if not remainder == 0:`` the pad, then the one ``return``, where both returns are the same
+expression: folded so (``_early_return``), it is rewritten as above. Dynamo took the early return at an even
+example, and the graph failed to reshape an odd length.
 """
 from __future__ import annotations
 
@@ -218,7 +224,57 @@ def _scaled(body: List[ast.stmt], on: str) -> None:
                 call.args[0] = scaled
 
 
+def _same(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and ast.dump(a) == ast.dump(b))
+
+
+def _blocks(definition):
+    """Every statement list of the function (bodies, else branches, handlers' bodies), to be changed in place."""
+    for node in ast.walk(definition):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                yield block
+
+
+def _early_return(branch: ast.If, definition) -> Optional[tuple]:
+    """``if c: return E`` followed in its block by statements S and ``return E`` again (lucidrains' pads to a
+    multiple, ``if remainder == 0: return t, n``), which is ``if not c:`` S, then ``return E``: that ``if``
+    (S's own nodes, at the test's place), its block and the span it stands for; None for any other form."""
+    if definition is None or branch.orelse or len(branch.body) != 1 or not isinstance(branch.body[0], ast.Return):
+        return None
+    for block in _blocks(definition):
+        at = next((i for i, stmt in enumerate(block) if stmt is branch), None)
+        if at is None:
+            continue
+        rest = block[at + 1:]
+        if len(rest) < 2 or not isinstance(rest[-1], ast.Return) or not _same(rest[-1].value, branch.body[0].value):
+            return None
+        test = ast.copy_location(ast.UnaryOp(ast.Not(), branch.test), branch.test)
+        folded = ast.copy_location(ast.If(test, rest[:-1], []), branch)
+        return folded, block, at
+    return None
+
+
+def _asked(branch: ast.If, definition) -> ast.If:
+    """The branch as the rule reads it: an early return folded into the ``if`` it stands for."""
+    found = _early_return(branch, definition)
+    return branch if found is None else found[0]
+
+
+def _fold_early_returns(definition, lines) -> None:
+    """Each early return of ``_early_return`` on one of ``lines`` replaced, in its block, by the ``if`` it
+    stands for and the one ``return``: the same function, whose branch the rule can then run at every size."""
+    for branch in [n for n in ast.walk(definition) if isinstance(n, ast.If) and source_rewrites.asked_in(n, lines)]:
+        found = _early_return(branch, definition)
+        if found is not None and _why_not(found[0], definition) is None:
+            folded, block, at = found
+            block[at:len(block) - 1] = [folded]
+
+
 def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
+    _fold_early_returns(definition, lines)
+
     def every_size(branch: ast.If) -> List[ast.stmt]:
         on = f"__onnx_compat_taken_{branch.lineno}__"
         _scaled(branch.body, on)
@@ -251,7 +307,7 @@ def _bool(wrapped, instance, args, kwargs):
     branch = None if tree is None else source_rewrites.branch_at(tree, frame.f_lineno)
     if frame is not None:
         empty_skips.asked_at(instance, branch, frame)  # a skip of an empty selection (its own patch, this hook)
-    if branch is None or _why_not(branch, _definition(tree)) is not None:
+    if branch is None or _why_not(_asked(branch, _definition(tree)), _definition(tree)) is not None:
         idle(NAME)
         return wrapped(*args, **kwargs)
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
