@@ -40,6 +40,7 @@ example, and the graph failed to reshape an odd length.
 from __future__ import annotations
 
 import ast
+import copy
 from typing import Dict, List, Optional, Set
 
 import torch
@@ -169,9 +170,20 @@ def indicator(op: str, a, b=0):
     return _INDICATORS["NotEq" if op == "truth" else op](a, b)
 
 
-def pad_widths(on, widths):
-    """Each width times ``on`` (1 where the branch is taken, 0 where not): no pad where it is not."""
-    return tuple(w * on for w in widths)
+def pad_widths(on, widths, nonzero=None):
+    """Each width times ``on`` (1 where the branch is taken, 0 where not): no pad where it is not. A width that
+    is the size whose being nonzero is the whole condition (``nonzero``: ``if r != 0:`` pad by ``r``; an early
+    return ``if r == 0:``) is that product already, as ``r * [r != 0] == r``: left in its own form, which keeps
+    the Min/Max of the indicator out of every size computed from it (torch's symbolic reasoning over those
+    took minutes on a hierarchical transformer's nested pads and views)."""
+    return tuple(w if nonzero is not None and _same_size(w, nonzero) else w * on for w in widths)
+
+
+def _same_size(a, b) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return False
+    node_a, node_b = getattr(a, "node", None), getattr(b, "node", None)
+    return node_a is not None and node_b is not None and getattr(node_a, "expr", None) == getattr(node_b, "expr", 1)
 
 
 def masked_where(on, mask):
@@ -204,15 +216,30 @@ def _truth(node):
     return ast.Call(ast.Name(INDICATOR, ast.Load()), [ast.Constant("truth"), node], [])
 
 
-def _scaled(body: List[ast.stmt], on: str) -> None:
-    """Each pad's widths and each fill's mask in ``body`` (nested ``if`` too) times the indicator named ``on``."""
+def _nonzero_operand(test) -> Optional[ast.expr]:
+    """``x`` where the test is ``x != 0``, ``not x == 0`` or ``x`` alone (its truth); else None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Compare) \
+            and len(test.operand.ops) == 1 and isinstance(test.operand.ops[0], ast.Eq):
+        test, negated = test.operand, True
+    elif isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
+        negated = True
+    else:
+        return test if isinstance(test, (ast.Name, ast.Attribute, ast.BinOp)) else None
+    zero = test.comparators[0]
+    return test.left if negated and isinstance(zero, ast.Constant) and zero.value == 0 else None
+
+
+def _scaled(body: List[ast.stmt], on: str, nonzero: Optional[str] = None) -> None:
+    """Each pad's widths and each fill's mask in ``body`` (nested ``if`` too) times the indicator named ``on``
+    (``nonzero``: the name of the size the condition asks to be nonzero, taken at the branch)."""
     for stmt in body:
         if isinstance(stmt, ast.If):
-            _scaled(stmt.body, on)
-            _scaled(stmt.orelse, on)
+            _scaled(stmt.body, on, nonzero)
+            _scaled(stmt.orelse, on, nonzero)
         elif _pad(stmt) is not None:
             call = _pad(stmt)
-            call.args[1] = ast.Call(ast.Name(WIDTHS, ast.Load()), [ast.Name(on, ast.Load()), call.args[1]], [])
+            said = [ast.Name(nonzero, ast.Load())] if nonzero else []
+            call.args[1] = ast.Call(ast.Name(WIDTHS, ast.Load()), [ast.Name(on, ast.Load()), call.args[1]] + said, [])
         elif _fill(stmt) is not None:
             call = _fill(stmt)
             place = [k for k in call.keywords if k.arg == "mask"] or None
@@ -276,10 +303,13 @@ def _rewrite(definition: ast.FunctionDef, lines: frozenset) -> Dict[int, str]:
     _fold_early_returns(definition, lines)
 
     def every_size(branch: ast.If) -> List[ast.stmt]:
-        on = f"__onnx_compat_taken_{branch.lineno}__"
-        _scaled(branch.body, on)
+        on, nonzero = f"__onnx_compat_taken_{branch.lineno}__", f"__onnx_compat_nonzero_{branch.lineno}__"
+        operand = _nonzero_operand(branch.test)
+        _scaled(branch.body, on, nonzero if operand is not None else None)
+        said = [ast.copy_location(ast.Assign([ast.Name(nonzero, ast.Store())], copy.deepcopy(operand)), branch)] \
+            if operand is not None else []
         taken = ast.Assign([ast.Name(on, ast.Store())], _truth(_Kept().visit(branch.test)))
-        return [ast.copy_location(taken, branch)] + branch.body
+        return said + [ast.copy_location(taken, branch)] + branch.body
 
     asked = source_rewrites.AskedIfs(lines, lambda branch: _why_not(branch, definition), every_size)
     asked.visit(definition)
