@@ -68,10 +68,10 @@ def captured_with_backward(model, args, kwargs, dynamic_shapes):
     The backward of a broadcast asks whether a size is 1 (which dims its gradient sums over), in autograd's
     own code: where torch.export then finds a declared range that includes 1, the dims' ranges are refined as
     torch suggests (what torch.onnx's own non-strict capture does), and the report says what the graph takes
-    for granted. Raises the refusal again where this torch has no such capture."""
+    for granted. None where this torch has no such capture (the refusal then stands)."""
     export = _aten_level_export()
     if export is None:
-        raise GradientInForward(f"torch {torch.__version__} has no torch.export below autograd (pre_dispatch)")
+        return None
     try:
         return _below(export, model, args, kwargs, dynamic_shapes)
     except torch._dynamo.exc.UserError as exc:

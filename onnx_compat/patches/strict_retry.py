@@ -75,8 +75,11 @@ def _non_strict(wrapped, args, kwargs, below: list):
         if raised_from(exc, GradientInForward) is None:
             raise
         model, model_args, model_kwargs, dynamic_shapes = _capture_arguments(*args, **kwargs)
+        program = autograd_in_forward.captured_with_backward(model, model_args, model_kwargs, dynamic_shapes)
+        if program is None:
+            raise
         below.append(exc)
-        return autograd_in_forward.captured_with_backward(model, model_args, model_kwargs, dynamic_shapes)
+        return program
 
 
 def _capture_arguments(model, args, kwargs, dynamic_shapes):
