@@ -12,8 +12,9 @@ import torch
 
 
 @contextlib.contextmanager
-def preserved(model: torch.nn.Module) -> Iterator[None]:
-    """Run the block in eval mode; afterwards the model is as before.
+def preserved(model: torch.nn.Module, evaluate: bool = True) -> Iterator[None]:
+    """Run the block in eval mode (``evaluate``; else in the mode the model is in); afterwards the model is as
+    before.
 
     Restored: every module's training flag and plain attributes (its
     ``__dict__``: a forward that assigns ``self.window_size`` while tracing
@@ -27,7 +28,8 @@ def preserved(model: torch.nn.Module) -> Iterator[None]:
     params = {name: (p, p.requires_grad) for name, p in model.named_parameters()}
     training = [m.training for m in modules]  # a ScriptModule keeps its flag in its compiled object, not in vars()
     try:
-        model.eval()
+        if evaluate:
+            model.eval()
         yield
     finally:
         for module, before, flag in zip(modules, attributes, training):

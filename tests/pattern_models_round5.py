@@ -75,3 +75,35 @@ class EarlyReturnPad(nn.Module):
         b, t, d = padded.shape
         coarse = padded.reshape(b, t // self.mult, self.mult, d).mean(2)
         return x + self.proj(coarse.repeat_interleave(self.mult, dim=1)[:, :n])
+
+
+
+class _Attend(nn.Module):
+    """simple-hierarchical-transformer's ``Attend``: its causal mask in a non-persistent buffer, made again
+    when a longer sequence comes."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", None, persistent=False)
+
+    def get_mask(self, n, device):
+        if self.mask is not None and self.mask.shape[-1] >= n:
+            return self.mask[:n, :n]
+        mask = torch.ones((n, n), device=device, dtype=torch.bool).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+        return mask
+
+    def forward(self, q, k, v):
+        sim = (q @ k.transpose(-1, -2)).masked_fill(self.get_mask(q.shape[-2], q.device), -1e4)
+        return sim.softmax(-1) @ v
+
+
+class KeptCausalMask(nn.Module):
+    """Attention whose mask cache (``_Attend``) a trace fills with a traced tensor."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.qkv, self.attend = nn.Linear(d, 3 * d), _Attend()
+
+    def forward(self, x):  # [B, T, D]
+        return self.attend(*self.qkv(x).chunk(3, dim=-1))

@@ -37,6 +37,8 @@ Unsupported, with an error at export time: unbatched (2-D) input.
 """
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 from typing import List, Optional, Tuple
 
@@ -323,9 +325,15 @@ def packing(wrapped, instance, args, kwargs):
 def _with_translations(wrapped, instance, args, kwargs):
     """``torch.onnx.export`` with our custom ops' translations added to the caller's table;
     a patch's refusal is raised even when the exporter swallowed it and retried. A write into a diagonal
-    that ``diagonal_gather`` read as a copy is refused after either exporter (``diagonals.copies_watched``)."""
+    that ``diagonal_gather`` read as a copy is refused after either exporter (``diagonals.copies_watched``).
+    The model is left as it was: a cache its forward fills (a causal mask registered as a buffer when a longer
+    sequence comes, as simple-hierarchical-transformer's attention does) would otherwise keep the trace's fake
+    tensor, which eager then fails on (``aten.equal`` of a fake tensor, the sweep's round five)."""
+    from onnx_compat.model_state import preserved
     from onnx_compat.patches.diagonals import copies_watched
-    with copies_watched():
+    model = args[0] if args else kwargs.get("model")
+    kept = preserved(model, evaluate=False) if isinstance(model, torch.nn.Module) else contextlib.nullcontext()
+    with copies_watched(), kept:
         return _exported(wrapped, args, kwargs)
 
 
@@ -351,7 +359,8 @@ register(Patch(
     description="torch.onnx.export(dynamo=True) gets the ONNX translations of onnx_compat's custom ops, "
                 "of the diagonals' ATen ops (diagonal_gather) and of remainder, pow, the bitwise ops and shifts "
                 "whose number is a size of the graph (i % x.shape[1]) "
-                "(added to the caller's custom_translation_table)",
+                "(added to the caller's custom_translation_table); the model is left as it was after either "
+                "exporter (a cache its forward filled keeps no traced tensor)",
     targets=("torch.onnx:export",),
     wrapper=_with_translations,
     when="always",
