@@ -84,14 +84,16 @@ def test_a_frozen_size_that_holds_near_the_example_is_caught_far_from_it(tmp_pat
 
 
 def test_a_far_check_the_model_refuses_is_dropped_not_failed(tmp_path):
-    """A model that holds a table only so long refuses the far length: that check is not made, and the export
-    verifies at the shapes it takes."""
+    """A model that holds a table only so long refuses the far length: that check is not made, the export
+    verifies at the shapes it takes, and the report's findings say which check was not made and why."""
     from onnx_compat import Dim, TensorSpec, export
     b, t = Dim("batch"), Dim("time")
     report = export(BoundedTable(), str(tmp_path / "m.onnx"), [TensorSpec("x", [b, t, 8])],
                     [TensorSpec("y", [b, t, 8])], exporter="torchscript")
     checked = [c["sizes"]["time"] for c in report.verification]
     assert 148 not in checked and all(c["ok"] for c in report.verification) and report.warnings["baked"], report
+    said = [f for f in report.findings if f.startswith("far check at {'batch': 1, 'time': 148} not made")]
+    assert len(said) == 1 and "the eager model itself refused it (" in said[0], report.findings
 
 
 # --- a plain export inside patched() leaves the model as it was ---------------------------------------------------

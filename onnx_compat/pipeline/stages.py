@@ -214,7 +214,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
     in a second thread while this one runs the eager model for the reference outputs. Verifying the
     cleaned graph alone suffices; only when it fails is the raw export checked, to say whether the
     export or the cleanup is at fault."""
-    subject = request.subject
+    subject, dropped = request.subject, []  # far checks the eager model refused: said once this graph verifies
     record.nodes_before_cleanup = len(proto.graph.node)
     with ThreadPoolExecutor(1) as pool:
         cleaning = pool.submit(_timed, clean_graph, proto, weights, serialized)
@@ -222,7 +222,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         references = reference_cases(subject.model, subject.inputs, subject.outputs, sizes=sizes, example=subject.example,
                                      seed=subject.seed + 1, examples=subject.examples,
                                      first_example_outputs=subject.example_reference,
-                                     drawing=bool(subject.draws)) if request.verify else None
+                                     drawing=bool(subject.draws), notes=dropped) if request.verify else None
         if request.verify:  # the eager model at the verification shapes: the proof's, while ONNX Runtime cleans
             record.timings["references"] = time.perf_counter() - t0
         (cleaned, sess), cleaning_took = cleaning.result()
@@ -241,6 +241,7 @@ def _cleaned(proto, record: Attempt, request: ExportRequest, weights=None, seria
         _verified(proto, request, weights, cases=references)  # raises when the export itself is wrong
         raise ExportError(f"cleanup changed the model's outputs: {exc}", stage="cleanup") from exc
     record.timings["verify"] = time.perf_counter() - t1
+    subject.notes.extend(note for note in dropped if note not in subject.notes)
     return cleaned, results
 
 

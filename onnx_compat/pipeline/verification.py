@@ -87,18 +87,20 @@ class Case:
     expected: List[np.ndarray] = field(default_factory=list)
     draws: list = field(default_factory=list)  # the eager run's draws (``random_draws.Draw``), in call order
     optional: bool = False  # a far check (``spec.FarSizes``): dropped if the eager model refuses it
+    refused: str = ""  # why the eager model refused an optional case ("ValueError: ...")
 
 
 def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
                     sizes: Optional[List[Dict[str, int]]] = None, example: Optional[Mapping[str, int]] = None,
                     seed: int = 1, examples=None, first_example_outputs: Optional[list] = None,
-                    drawing: bool = False) -> List[Case]:
+                    drawing: bool = False, notes: Optional[List[str]] = None) -> List[Case]:
     """The inputs ``verify`` checks (three shapes around ``example``, B=1 first, then each user example)
     with the unpatched eager model's outputs on them. Independent of the ONNX graph, so it can run while
     ONNX Runtime loads or optimises it. ``first_example_outputs``: the eager outputs on the first user
     example, already computed (``Subject.check_outputs`` runs the model on it): used, not computed again.
     Each case keeps the draws its run made (``random_draws.run_recording``; ``drawing``: the model is known
-    to draw, each run is recorded from the model as it was)."""
+    to draw, each run is recorded from the model as it was). A far check the model refuses is dropped, and
+    ``notes`` (the report's findings) says so."""
     checked = check_examples(inputs, examples)
     if sizes is None:
         sizes = verification_sizes(inputs, example or dim_sizes(inputs))
@@ -119,6 +121,10 @@ def reference_cases(model: torch.nn.Module, inputs: Sequence[TensorSpec], output
                 case.expected = list(first_example_outputs)
                 continue
             _run_accepted(run, case, inputs)
+    for case in cases:
+        said = f"far check at {case.sizes} not made: the eager model itself refused it ({case.refused})"
+        if case.refused and notes is not None and said not in notes:
+            notes.append(said)
     return [case for case in cases if not (case.optional and not case.expected)]
 
 
@@ -133,6 +139,7 @@ def _run_accepted(run: Callable[[Case], None], case: Case, inputs: Sequence[Tens
         raise
     except Exception as exc:  # noqa: BLE001 - the model's own error, named below
         if case.optional:  # a far check the model does not take (a table it holds only so long): not made
+            case.refused = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
             return None
         refused = exc
     drawn, ordered = case.feeds, None if case.example else _longest_first(case.feeds, inputs)
