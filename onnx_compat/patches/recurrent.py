@@ -38,7 +38,6 @@ Unsupported, with an error at export time: unbatched (2-D) input.
 from __future__ import annotations
 
 import contextlib
-
 import inspect
 from typing import List, Optional, Tuple
 

@@ -83,6 +83,7 @@ def _non_strict(wrapped, args, kwargs, below: list):
 
 
 def _capture_arguments(model, args, kwargs, dynamic_shapes):
+    """The arguments of torch.onnx's ``_capture(model, args, kwargs, dynamic_shapes)``, however it was called."""
     return model, args, kwargs, dynamic_shapes
 
 
